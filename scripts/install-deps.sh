@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Install everything fsdp-opt needs to build and test both LibTorch legs on Debian bookworm.
+# Idempotent and cheap when nothing is missing: `apt-get update` runs only when a package is
+# absent, and the torch 2.x venv is (re)created only when it is absent or cannot import torch.
+#
+#   t113 leg: Debian's LibTorch 1.13 (libtorch-dev) + /usr/bin/python3 with python3-torch.
+#   t2   leg: PyPI torch 2.x in a venv ($FSDP_OPT_VENV, default ~/.cache/fsdp-opt/venv-torch2);
+#             its CMake package, headers and libraries are built against.
+#
+# Needs root (apt). Runs unattended: no prompt, no stdin.
+set -euo pipefail
+
+VENV=${FSDP_OPT_VENV:-$HOME/.cache/fsdp-opt/venv-torch2}
+
+APT_PACKAGES=(
+  # toolchain
+  cmake ninja-build g++ ccache git ca-certificates
+  # libraries the project links
+  libtorch-dev libgloo-dev libcli11-dev nlohmann-json3-dev libssl-dev libgtest-dev
+  # t113 leg's Python
+  python3-torch python3-torchvision python3-numpy python3-pytest
+  # test tools: FileCheck, not and lit (lit's per-test timeout needs psutil)
+  llvm-14-tools python3-psutil
+  # to build the t2 venv with Debian's Python
+  python3-pip python3-venv
+)
+
+log() { printf 'install-deps: %s\n' "$*"; }
+
+missing=()
+for pkg in "${APT_PACKAGES[@]}"; do
+  if ! dpkg-query -W -f='${Status}' "$pkg" 2>/dev/null | grep -q 'install ok installed'; then
+    missing+=("$pkg")
+  fi
+done
+if ((${#missing[@]})); then
+  log "apt: installing ${missing[*]}"
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -q
+  apt-get install -y -q --no-install-recommends "${missing[@]}" </dev/null
+else
+  log "apt: all ${#APT_PACKAGES[@]} packages present"
+fi
+
+# The t2 venv. Several shells may run this at once (a developer and a test run): the lock
+# makes the second wait for the first install instead of racing it in the same directory.
+venv_ok() { "$VENV/bin/python" -c 'import torch, torchvision, numpy, pytest' >/dev/null 2>&1; }
+mkdir -p "$(dirname "$VENV")"
+exec 9>"$VENV.lock"
+flock 9
+if venv_ok; then
+  log "venv: $VENV ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
+else
+  # A venv whose interpreter no longer starts (Debian's python3 upgraded under it) is rebuilt
+  # from scratch; one that only lacks packages gets them, keeping what is already downloaded.
+  if ! "$VENV/bin/python" -c 'import sys' >/dev/null 2>&1; then
+    log "venv: creating $VENV"
+    rm -rf "$VENV"
+    /usr/bin/python3 -m venv "$VENV"
+  fi
+  log "venv: installing torch 2.x, torchvision, numpy, pytest (several GiB on a fresh machine)"
+  "$VENV/bin/python" -m pip install --no-input -q 'torch>=2,<3' torchvision numpy pytest </dev/null
+  venv_ok || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest"; exit 1; }
+  log "venv: torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') installed"
+fi
+flock -u 9
+
+# The PyPI wheel is CUDA-enabled, and its CMake package (find_package(Torch)) fails without a
+# CUDA toolkit. Machines of this project's kind ship one in /usr/local/cuda; Debian has none
+# to install, so say so plainly instead of failing later inside Caffe2's CMake.
+if ! command -v nvcc >/dev/null 2>&1 && [ ! -x /usr/local/cuda/bin/nvcc ]; then
+  log "warning: no CUDA toolkit (nvcc) found; the t2 leg's CMake configure will fail"
+fi
