@@ -1,0 +1,24 @@
+// The analyses that build the FsdpPlan. PassContext::plan() runs them in this order.
+#pragma once
+
+#include <fsdp_opt/diagnostics.h>
+#include <fsdp_opt/options.h>
+#include <fsdp_opt/plan.h>
+
+#include <torch/csrc/jit/api/module.h>
+
+namespace fsdp_opt {
+
+// Units from --fsdp-unit patterns and `_fsdp_unit` markers; forward methods from
+// --forward-method and `_fsdp_forward_methods` markers (SPEC section 3). Fills plan.units with
+// empty groups. Errors: a pattern matching no module, a registered method a unit lacks.
+// Remarks: each unit found, each registration on a non-unit (a no-op, as in FSDP2).
+bool findUnits(const torch::jit::Module& root, const PipelineOptions& options,
+               DiagnosticSink& diagnostics, FsdpPlan& plan);
+
+// Parameter groups by FSDP2's nesting rule; tied parameters join the nearest unit holding all of
+// their slots (SPEC section 2). Error when no unit holds all slots of a tie that some unit owns.
+bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diagnostics,
+                            FsdpPlan& plan);
+
+}  // namespace fsdp_opt

@@ -1,0 +1,42 @@
+// Files on disk (SPEC section 6): the manifest, per-rank shard files, the single-file output.
+// Every writer writes to a temporary name beside the target and renames it into place, so a
+// failure leaves no partial output. Failures throw std::runtime_error with a one-line message.
+#pragma once
+
+#include <fsdp_opt/plan.h>
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <cstdint>
+#include <string>
+
+namespace fsdp_opt {
+
+constexpr int kManifestFormatVersion = 1;
+const char* toolVersion();
+
+std::string sha256Hex(const std::string& bytes);
+std::string sha256OfFile(const std::string& path);
+
+struct ManifestInput {
+  std::string inputPath;
+  std::string inputSha256;
+  int64_t worldSize = 1;
+};
+
+// The manifest as the exact JSON text written to manifest.json; rank files carry its sha256.
+std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan,
+                          const ManifestInput& input);
+
+// Rank r's shard of a parameter: rows [r*c, min((r+1)*c, N)) zero-padded to c = ceil(N/W) rows.
+at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize);
+
+// world size 1: one TorchScript archive at `path`, parameters whole.
+void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
+                     const std::string& path);
+
+// world size W > 1: DIR/rank{r}.pt holding only rank r's shards, and DIR/manifest.json.
+void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+                           const std::string& manifestText, const std::string& dir);
+
+}  // namespace fsdp_opt

@@ -1,0 +1,57 @@
+// The FSDP plan: which module instances are units, their forward methods, and their parameter
+// groups (FSDP2's rule, SPEC sections 1-3). Computed once per pipeline from the module and the
+// options; keyed by module paths, which stay valid when types are specialized.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace fsdp_opt {
+
+// One attribute slot holding a parameter: owner module path + attribute name.
+struct ParamSlot {
+  std::string ownerPath;
+  std::string name;
+  std::string path() const;  // "blocks.0.fc.weight"
+};
+
+// One parameter tensor of a group. Tied parameters are ONE GroupParam with several slots.
+struct GroupParam {
+  std::vector<ParamSlot> slots;  // first = canonical (named_parameters order)
+  at::Tensor tensor;             // the original, unsharded tensor
+  std::vector<int64_t> shape;
+  std::string path() const { return slots.front().path(); }
+  int64_t rows() const { return shape.empty() ? 1 : shape.front(); }
+  int64_t bytes() const;
+};
+
+struct Unit {
+  std::string path;                         // "" is the root
+  std::vector<std::string> forwardMethods;  // sorted; always holds "forward" when defined
+  std::vector<GroupParam> params;           // 0-dim parameters are replicated, never listed
+  bool hasForwardMethod(const std::string& method) const;
+  int64_t bytes() const;
+};
+
+struct FsdpPlan {
+  std::vector<Unit> units;                 // named_modules() order
+  std::map<std::string, size_t> unitIndex;  // unit path -> index
+  std::map<std::string, size_t> unitOfParamPath;  // every slot path of a group param -> unit
+
+  const Unit* unitAt(const std::string& modulePath) const;
+  // The unit whose group holds the parameter at this slot path, if any.
+  const Unit* unitOfParam(const std::string& paramPath) const;
+  // The nearest unit at or above a module path (the unit whose group its own parameters join).
+  const Unit* enclosingUnit(const std::string& modulePath) const;
+};
+
+// Shard size of SPEC section 2: c = ceil(rows / W).
+inline int64_t shardRows(int64_t rows, int64_t worldSize) {
+  return (rows + worldSize - 1) / worldSize;
+}
+
+}  // namespace fsdp_opt

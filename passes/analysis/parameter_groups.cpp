@@ -1,0 +1,111 @@
+// Analysis: the parameter group of every unit.
+//
+// FSDP2's rule: a unit's group is every parameter below it that is not below a nested unit.
+// Tied parameters (one tensor in several slots) form ONE group entry that belongs to the nearest
+// unit holding all of its slots. 0-dim parameters are replicated and belong to no group.
+// Assumes: findUnits has filled plan.units. Guarantees: every slot of a grouped tensor maps to
+// its unit in plan.unitOfParamPath; no tensor is in two groups.
+#include <fsdp_opt/analysis.h>
+#include <fsdp_opt/pattern.h>
+
+#include "../support/module_tree.h"
+
+#include <map>
+
+namespace fsdp_opt {
+namespace {
+
+constexpr const char* kOrigin = "parameter-groups";
+
+struct TensorSlots {
+  at::Tensor tensor;
+  std::vector<ParamSlot> slots;
+};
+
+// The nearest unit whose path is an ancestor-or-self of every slot's owner.
+const Unit* nearestCommonUnit(const FsdpPlan& plan, const std::vector<ParamSlot>& slots) {
+  const Unit* candidate = plan.enclosingUnit(slots.front().ownerPath);
+  while (candidate) {
+    bool holdsAll = true;
+    for (const auto& slot : slots) holdsAll = holdsAll && isWithin(slot.ownerPath, candidate->path);
+    if (holdsAll) return candidate;
+    auto parent = parentPath(candidate->path);
+    candidate = parent ? plan.enclosingUnit(*parent) : nullptr;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diagnostics,
+                            FsdpPlan& plan) {
+  ModuleIndex index(root);
+  std::vector<TensorSlots> tensors;
+  std::map<c10::TensorImpl*, size_t> byImpl;
+  std::map<const void*, std::string> byStorage;
+  bool ok = true;
+
+  for (const auto& [ownerPath, module] : index.modules()) {
+    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+      const at::Tensor& tensor = item.value;
+      if (!tensor.defined()) continue;
+      ParamSlot slot{ownerPath, item.name};
+      auto it = byImpl.find(tensor.unsafeGetTensorImpl());
+      if (it != byImpl.end()) {
+        tensors[it->second].slots.push_back(slot);
+        continue;
+      }
+      // Two different tensors over one storage cannot be sharded independently.
+      const void* data = tensor.numel() > 0 ? tensor.storage().data() : nullptr;
+      if (data) {
+        auto [pos, inserted] = byStorage.emplace(data, slot.path());
+        if (!inserted) {
+          diagnostics.error(kOrigin, "parameters '" + pos->second + "' and '" + slot.path() +
+                                         "' are different tensors over one storage; "
+                                         "fsdp-opt cannot shard overlapping parameters");
+          ok = false;
+          continue;
+        }
+      }
+      byImpl[tensor.unsafeGetTensorImpl()] = tensors.size();
+      tensors.push_back({tensor, {slot}});
+    }
+  }
+
+  for (auto& entry : tensors) {
+    bool ownedByAUnit = false;
+    for (const auto& slot : entry.slots) ownedByAUnit = ownedByAUnit || plan.enclosingUnit(slot.ownerPath);
+    if (!ownedByAUnit) continue;  // above every unit: stays whole on every rank
+    const Unit* unit = nearestCommonUnit(plan, entry.slots);
+    if (!unit) {
+      std::string paths;
+      for (const auto& slot : entry.slots) paths += (paths.empty() ? "'" : ", '") + slot.path() + "'";
+      diagnostics.error(kOrigin, "tied parameter " + paths +
+                                     " is not held by any single FSDP unit; make a module above "
+                                     "all of them a unit");
+      ok = false;
+      continue;
+    }
+    if (entry.tensor.dim() == 0) {
+      diagnostics.remark(kOrigin, "parameter '" + entry.slots.front().path() +
+                                      "' is 0-dim: replicated, not sharded");
+      continue;
+    }
+    size_t unitIdx = plan.unitIndex.at(unit->path);
+    GroupParam param;
+    param.slots = entry.slots;
+    param.tensor = entry.tensor;
+    param.shape = entry.tensor.sizes().vec();
+    for (const auto& slot : entry.slots) plan.unitOfParamPath[slot.path()] = unitIdx;
+    if (entry.slots.size() > 1) {
+      std::string paths;
+      for (const auto& slot : entry.slots) paths += (paths.empty() ? "'" : ", '") + slot.path() + "'";
+      diagnostics.remark(kOrigin, "tied parameter " + paths + " joins the group of unit '" +
+                                      displayPath(unit->path) + "'");
+    }
+    plan.units[unitIdx].params.push_back(std::move(param));
+  }
+  return ok;
+}
+
+}  // namespace fsdp_opt

@@ -1,0 +1,53 @@
+// Pass lint-sharded-reads: what eager FSDP would silently compute on shards.
+//
+// Eager FSDP unshards a unit only around its registered forward methods. A parent that calls
+// another method of a unit (a ViT's `forward_features`, a torchvision `_forward_impl`, a
+// `generate` that is not registered) runs it on sharded parameters. Walking the call graph from
+// the root's entry methods with eager FSDP's semantics, this pass warns at each such read,
+// naming the method, the unit and the parameter, and the --forward-method flag that fixes it.
+// Assumes: the plan is built; runs before the rewrite. Changes nothing.
+// At --world-size=1 the warning is all (nothing is sharded); at larger world sizes the verifier
+// rejects the same reads after the rewrite, since the output would compute on shards.
+#include <fsdp_opt/passes.h>
+#include <fsdp_opt/pattern.h>
+
+#include "support/instance_walk.h"
+
+#include <set>
+
+namespace fsdp_opt {
+
+bool lintShardedReads(PassContext& context) {
+  const FsdpPlan* plan = context.plan();
+  if (!plan) return false;
+  std::set<std::string> reported;
+  WalkObserver observer;
+  observer.onParamRead = [&](const ParamRead& read) {
+    if (!read.unit || read.unsharded) return;
+    const Frame& innermost = read.stack.back();
+    const Frame* onUnit = nullptr;
+    for (const Frame& frame : read.stack) {
+      if (frame.modulePath == read.unit->path) onUnit = &frame;
+    }
+    std::string unitName = displayPath(read.unit->path);
+    std::string where = "method '" + innermost.method + "' of '" + displayPath(innermost.modulePath) + "'";
+    std::string message;
+    if (onUnit) {
+      if (!reported.insert(read.unit->path + "::" + onUnit->method).second) return;
+      message = "method '" + onUnit->method + "' of unit '" + unitName +
+                "' is not a forward method, but reads parameter '" + read.paramPath + "' (in " +
+                where + ") while eager FSDP keeps it sharded; register it with --forward-method=" +
+                unitName + ":" + onUnit->method;
+    } else {
+      if (!reported.insert(read.unit->path + "@" + innermost.modulePath + "::" + innermost.method).second) return;
+      message = where + " reads parameter '" + read.paramPath + "' of unit '" + unitName +
+                "' from outside the unit, where it is sharded; call a forward method of '" +
+                unitName + "' instead, or do not make it a unit";
+    }
+    context.diagnostics().warning("lint-sharded-reads", message);
+  };
+  walkFromEntryMethods(context.module(), *plan, GatherModel::EagerHooks, observer);
+  return false;
+}
+
+}  // namespace fsdp_opt

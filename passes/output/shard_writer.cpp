@@ -1,0 +1,142 @@
+// Writes rewritten modules to disk, one rank at a time, atomically.
+//
+// The rewritten methods are the same on every rank; only the parameter slots of unit groups
+// (rank r's shard) and the root's rank attributes differ. So the writer swaps shards into the
+// slots, saves, and moves on; every slot of a tied parameter gets the SAME shard tensor, which
+// TorchScript's pickler stores once and loads as one tensor, so ties survive.
+#include <fsdp_opt/output.h>
+
+#include "../support/fsdp_ops.h"
+#include "../support/module_tree.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/jit/serialization/export.h>
+
+#include <filesystem>
+#include <fstream>
+#include <stdexcept>
+#include <system_error>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace fsdp_opt {
+namespace fs = std::filesystem;
+namespace {
+
+// A temporary path beside `target`, so the final rename stays on one file system.
+fs::path temporarySibling(const fs::path& target, bool directory) {
+  fs::path parent = target.parent_path().empty() ? fs::path(".") : target.parent_path();
+  if (!fs::is_directory(parent)) {
+    throw std::runtime_error("output directory '" + parent.string() + "' does not exist");
+  }
+  std::string pattern = (parent / ("." + target.filename().string() + ".tmp-XXXXXX")).string();
+  std::vector<char> buffer(pattern.begin(), pattern.end());
+  buffer.push_back('\0');
+  if (directory) {
+    if (!mkdtemp(buffer.data())) throw std::runtime_error("cannot create a temporary directory in '" + parent.string() + "'");
+  } else {
+    int fd = mkstemp(buffer.data());
+    if (fd < 0) throw std::runtime_error("cannot create a temporary file in '" + parent.string() + "'");
+    close(fd);
+  }
+  return fs::path(buffer.data());
+}
+
+// mkstemp/mkdtemp create private entries; outputs get the permissions the umask gives.
+void applyUmask(const fs::path& path, bool directory) {
+  mode_t mask = umask(0);
+  umask(mask);
+  auto mode = static_cast<fs::perms>((directory ? 0777 : 0666) & ~mask);
+  fs::permissions(path, mode);
+}
+
+void setRankAttributes(torch::jit::Module& module, int64_t rank, int64_t worldSize,
+                       const std::string& manifestSha256) {
+  module.setattr(kRankAttr, rank);
+  module.setattr(kWorldSizeAttr, worldSize);
+  module.setattr(kManifestHashAttr, manifestSha256);
+}
+
+}  // namespace
+
+at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize) {
+  at::NoGradGuard noGrad;
+  int64_t rows = full.size(0);
+  int64_t chunk = shardRows(rows, worldSize);
+  std::vector<int64_t> shape = full.sizes().vec();
+  shape[0] = chunk;
+  at::Tensor shard = at::zeros(shape, full.options());
+  int64_t begin = std::min(rank * chunk, rows);
+  int64_t count = std::min(chunk, rows - begin);
+  if (count > 0) shard.narrow(0, 0, count).copy_(full.narrow(0, begin, count));
+  shard.set_requires_grad(full.requires_grad());
+  return shard;
+}
+
+void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
+                     const std::string& path) {
+  fs::path target(path);
+  if (fs::is_directory(target)) throw std::runtime_error("output '" + path + "' is a directory; with --world-size=1 -o names a .pt file");
+  fs::path temporary = temporarySibling(target, /*directory=*/false);
+  try {
+    setRankAttributes(module, 0, 1, manifestSha256);
+    module.save(temporary.string());
+    applyUmask(temporary, /*directory=*/false);
+    fs::rename(temporary, target);
+  } catch (...) {
+    std::error_code ignored;
+    fs::remove(temporary, ignored);
+    throw;
+  }
+}
+
+void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+                           const std::string& manifestText, const std::string& dir) {
+  fs::path target(dir);
+  while (target.has_parent_path() && target.filename().empty()) target = target.parent_path();
+  if (fs::exists(target) && !fs::is_directory(target)) {
+    throw std::runtime_error("output '" + dir + "' exists and is not a directory");
+  }
+  bool replacing = fs::exists(target);
+  if (replacing && !fs::is_empty(target) && !fs::exists(target / "manifest.json")) {
+    throw std::runtime_error("output directory '" + dir + "' is not empty and holds no fsdp-opt output; refusing to replace it");
+  }
+  std::string manifestSha256 = sha256Hex(manifestText);
+  ModuleIndex index(module);
+  fs::path temporary = temporarySibling(target, /*directory=*/true);
+  auto setSlots = [&](const GroupParam& param, const at::Tensor& value) {
+    for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, value);
+  };
+  try {
+    for (int64_t rank = 0; rank < worldSize; ++rank) {
+      for (const auto& unit : plan.units) {
+        for (const auto& param : unit.params) setSlots(param, makeShard(param.tensor, rank, worldSize));
+      }
+      setRankAttributes(module, rank, worldSize, manifestSha256);
+      module.save((temporary / ("rank" + std::to_string(rank) + ".pt")).string());
+    }
+    for (const auto& unit : plan.units) {
+      for (const auto& param : unit.params) setSlots(param, param.tensor);
+    }
+    std::ofstream(temporary / "manifest.json") << manifestText;
+    applyUmask(temporary, /*directory=*/true);
+    if (replacing) {
+      fs::path previous = temporarySibling(target, /*directory=*/true);
+      fs::remove(previous);
+      fs::rename(target, previous);
+      fs::rename(temporary, target);
+      fs::remove_all(previous);
+    } else {
+      fs::rename(temporary, target);
+    }
+  } catch (...) {
+    for (const auto& unit : plan.units) {
+      for (const auto& param : unit.params) setSlots(param, param.tensor);
+    }
+    std::error_code ignored;
+    fs::remove_all(temporary, ignored);
+    throw;
+  }
+}
+
+}  // namespace fsdp_opt

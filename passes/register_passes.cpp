@@ -1,0 +1,46 @@
+// The catalogue of built-in passes and the default pipeline.
+#include <fsdp_opt/passes.h>
+
+#include <mutex>
+
+namespace fsdp_opt {
+
+void registerAllPasses() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    auto& registry = PassRegistry::global();
+    registry.add({"specialize-unit-types",
+                  "clone class types shared by instances that need different rewrites",
+                  specializeUnitTypes});
+    registry.add({"lint-sharded-reads",
+                  "warn where a non-forward method reads a unit's parameters while sharded",
+                  lintShardedReads});
+    registry.add({"insert-unit-gathers",
+                  "fsdp::all_gather/fsdp::reshard around calls of units' forward methods",
+                  insertUnitGathers});
+    registry.add({"wrap-entry-methods",
+                  "rank check in root methods; root unit gathered inside its forward methods",
+                  wrapEntryMethods});
+    registry.add({"reshard-on-raise", "fsdp::release_all before every raise", reshardOnRaise});
+    registry.add({"verify-fsdp", "check gather/reshard pairing, DCE survival, no sharded reads",
+                  verifyFsdp});
+  });
+}
+
+std::vector<std::string> defaultPipeline() {
+  return {
+      // Types first: every later pass edits graphs, which belong to types.
+      "specialize-unit-types",
+      // Lint on the original program, before gathers hide what eager FSDP would do.
+      "lint-sharded-reads",
+      // Call sites inside graphs, then the entry methods whose callers are outside TorchScript.
+      "insert-unit-gathers",
+      "wrap-entry-methods",
+      // After every insertion, so the release covers all gathers a raise can skip.
+      "reshard-on-raise",
+      // Always last: the output must satisfy SPEC section 5.
+      "verify-fsdp",
+  };
+}
+
+}  // namespace fsdp_opt

@@ -1,0 +1,56 @@
+// An inter-procedural walk over the methods reachable from the root's entry methods, tracking
+// which module instance every module-typed value denotes and which units are unsharded at each
+// point. Types may be shared between instances; the walk is per instance, so its answers are
+// instance-correct whatever the types.
+#pragma once
+
+#include <fsdp_opt/plan.h>
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace fsdp_opt {
+
+// How units become unsharded during the walk.
+enum class GatherModel {
+  // As eager FSDP's hooks: around every call of a unit's forward method (and a root unit's
+  // forward methods on entry). Used to find what eager FSDP would compute on shards.
+  EagerHooks,
+  // Only where the IR says so: fsdp::all_gather / fsdp::reshard. Used to verify the rewrite.
+  ExplicitOps,
+};
+
+struct Frame {
+  std::string modulePath;
+  std::string method;
+};
+
+struct ParamRead {
+  std::string paramPath;
+  const Unit* unit;  // the unit whose group holds it; nullptr when not sharded
+  bool unsharded;    // whether that unit is unsharded at this read
+  torch::jit::Node* node;
+  const std::vector<Frame>& stack;  // entry method first
+};
+
+struct GatherVisit {
+  const Unit* unit;
+  bool issuesCollective;  // the unit was sharded before this gather
+  int loopDepth;          // prim::Loop bodies around the gather, across the call chain
+  const std::vector<Frame>& stack;
+};
+
+struct WalkObserver {
+  std::function<void(const ParamRead&)> onParamRead;
+  std::function<void(const GatherVisit&)> onGather;
+};
+
+// Walks from each method of the root (or only `entryMethod` when given).
+void walkFromEntryMethods(const torch::jit::Module& root, const FsdpPlan& plan, GatherModel model,
+                          const WalkObserver& observer, const std::string& entryMethod = "");
+
+}  // namespace fsdp_opt

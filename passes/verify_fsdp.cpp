@@ -1,0 +1,104 @@
+// Pass verify-fsdp: the invariants of SPEC section 5 on the rewritten module.
+//
+// 1. Pairing: every fsdp::all_gather output is used by exactly one fsdp::reshard, later in the
+//    same block, and every reshard consumes a gather. Blocks in TorchScript have one exit (a
+//    raise leaves through fsdp::release_all), so this means matched on every path.
+// 2. Survival: TorchScript's own dead-code elimination keeps every fsdp:: op (their schemas are
+//    conservative, i.e. side-effecting).
+// 3. No sharded reads: walking from every entry method with the IR's own gathers, no parameter of
+//    a unit is read while the unit is sharded. Only at world sizes above 1; at 1 nothing is
+//    sharded and lint-sharded-reads has already warned.
+// Changes nothing; runs after the default pipeline and, with --verify-each, after every pass.
+#include <fsdp_opt/passes.h>
+#include <fsdp_opt/pattern.h>
+
+#include "support/fsdp_ops.h"
+#include "support/instance_walk.h"
+#include "support/module_tree.h"
+
+#include <torch/csrc/jit/passes/dead_code_elimination.h>
+
+#include <set>
+
+namespace fsdp_opt {
+namespace {
+
+constexpr const char* kPassName = "verify-fsdp";
+
+int countFsdpOps(torch::jit::Block* block) {
+  int count = 0;
+  forEachNode(block, [&](torch::jit::Node* node) { count += ops::isFsdpOp(node) ? 1 : 0; });
+  return count;
+}
+
+void checkPairing(const std::string& where, torch::jit::Graph& graph, DiagnosticSink& diagnostics) {
+  forEachNode(graph.block(), [&](torch::jit::Node* node) {
+    if (node->kind() == ops::allGather()) {
+      int reshards = 0;
+      for (const torch::jit::Use& use : node->output()->uses()) {
+        if (use.user->kind() != ops::reshard()) continue;
+        ++reshards;
+        if (use.user->owningBlock() != node->owningBlock() || !node->isBefore(use.user)) {
+          diagnostics.error(kPassName, where + ": a reshard is not in the block of its gather, after it");
+        }
+      }
+      if (reshards != 1) {
+        diagnostics.error(kPassName, where + ": an fsdp::all_gather has " + std::to_string(reshards) +
+                                         " matching fsdp::reshard (expected exactly 1)");
+      }
+    } else if (node->kind() == ops::reshard()) {
+      if (node->input(0)->node()->kind() != ops::allGather()) {
+        diagnostics.error(kPassName, where + ": an fsdp::reshard does not consume an fsdp::all_gather");
+      }
+    }
+  });
+}
+
+void checkSurvivesDce(const std::string& where, torch::jit::Graph& graph,
+                      DiagnosticSink& diagnostics) {
+  auto copy = graph.copy();
+  int before = countFsdpOps(copy->block());
+  torch::jit::EliminateDeadCode(copy);
+  int after = countFsdpOps(copy->block());
+  if (after != before) {
+    diagnostics.error(kPassName, where + ": TorchScript's dead-code elimination removes " +
+                                     std::to_string(before - after) + " fsdp:: op(s)");
+  }
+}
+
+}  // namespace
+
+bool verifyFsdp(PassContext& context) {
+  DiagnosticSink& diagnostics = context.diagnostics();
+  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
+    for (torch::jit::Function* function : type->methods()) {
+      std::string where = type->name()->qualifiedName() + "::" + function->name();
+      auto graph = graphOf(function);
+      checkPairing(where, *graph, diagnostics);
+      checkSurvivesDce(where, *graph, diagnostics);
+    }
+  }
+  // Before the rewrite (--verify-each after an early pass) reads are not yet guarded.
+  int fsdpOps = 0;
+  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
+    for (torch::jit::Function* function : type->methods()) fsdpOps += countFsdpOps(graphOf(function)->block());
+  }
+  const FsdpPlan* plan = context.plan();
+  if (plan && fsdpOps > 0 && context.options().worldSize > 1) {
+    std::set<std::string> reported;
+    WalkObserver observer;
+    observer.onParamRead = [&](const ParamRead& read) {
+      if (!read.unit || read.unsharded) return;
+      const Frame& frame = read.stack.back();
+      if (!reported.insert(read.paramPath + "@" + frame.modulePath + "::" + frame.method).second) return;
+      diagnostics.error(kPassName, "parameter '" + read.paramPath + "' of unit '" +
+                                       displayPath(read.unit->path) + "' is read while sharded in method '" +
+                                       frame.method + "' of '" + displayPath(frame.modulePath) +
+                                       "' (entry method '" + read.stack.front().method + "')");
+    };
+    walkFromEntryMethods(context.module(), *plan, GatherModel::ExplicitOps, observer);
+  }
+  return false;
+}
+
+}  // namespace fsdp_opt

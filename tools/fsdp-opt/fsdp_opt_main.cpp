@@ -1,0 +1,243 @@
+// fsdp-opt: the `opt` of fsdp-opt. Parses flags, builds the pipeline, runs it, writes the output,
+// and maps the outcome to an exit code (0 ok, 1 bad input or failed pass, 2 bad usage).
+#include <fsdp_opt/diagnostics.h>
+#include <fsdp_opt/output.h>
+#include <fsdp_opt/pass_manager.h>
+#include <fsdp_opt/passes.h>
+#include <fsdp_opt/pattern.h>
+
+#include "../../passes/support/instance_walk.h"
+
+#include <CLI/CLI.hpp>
+#include <torch/script.h>
+
+#include <dlfcn.h>
+
+#include <filesystem>
+#include <iostream>
+#include <sstream>
+
+namespace {
+
+using namespace fsdp_opt;
+
+struct Flags {
+  std::string input;
+  std::vector<std::string> units;
+  std::vector<std::string> forwardMethods;
+  int64_t worldSize = 1;
+  std::string output;
+  bool printIr = false;
+  std::string method;
+  std::string passes;
+  bool listPasses = false;
+  std::vector<std::string> plugins;
+  std::vector<std::string> printIrAfter;
+  bool printIrAfterAll = false;
+  bool verifyEach = false;
+  bool remarks = false;
+  bool stats = false;
+};
+
+int fail(const std::string& message) {
+  std::cerr << "error: " << message << "\n";
+  return 1;
+}
+
+std::string firstLine(const std::string& text) {
+  return text.substr(0, text.find('\n'));
+}
+
+std::vector<std::string> splitCommas(const std::string& text) {
+  std::vector<std::string> parts;
+  std::stringstream in(text);
+  std::string part;
+  while (std::getline(in, part, ',')) {
+    if (!part.empty()) parts.push_back(part);
+  }
+  return parts;
+}
+
+void printStatistics(PassContext& context, const FsdpPlan& plan, int64_t worldSize) {
+  int64_t params = 0, shardedBytes = 0, fullBytes = 0;
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) {
+      ++params;
+      fullBytes += param.bytes();
+      int64_t rowBytes = param.rows() > 0 ? param.bytes() / param.rows() : 0;
+      shardedBytes += shardRows(param.rows(), worldSize) * rowBytes;
+    }
+  }
+  int64_t allBytes = 0;
+  for (const auto& item : context.module().named_parameters(/*recurse=*/true)) {
+    allBytes += static_cast<int64_t>(item.value.numel() * item.value.element_size());
+  }
+  std::cout << "stats:\n";
+  std::cout << "  units: " << plan.units.size() << "\n";
+  std::cout << "  sharded parameters: " << params << "\n";
+  std::cout << "  world size: " << worldSize << "\n";
+  std::cout << "  sharded bytes per rank: " << shardedBytes << " (of " << fullBytes << ")\n";
+  std::cout << "  replicated bytes per rank: " << (allBytes - fullBytes) << "\n";
+  for (const auto& [name, value] : context.statistics().entries()) {
+    std::cout << "  " << name << ": " << value << "\n";
+  }
+  for (torch::jit::Function* function : context.module().type()->methods()) {
+    int collectives = 0, inLoops = 0;
+    WalkObserver observer;
+    observer.onGather = [&](const GatherVisit& visit) {
+      if (!visit.issuesCollective) return;
+      ++collectives;
+      if (visit.loopDepth > 0) ++inLoops;
+    };
+    walkFromEntryMethods(context.module(), plan, GatherModel::ExplicitOps, observer, function->name());
+    std::cout << "  gathers per call of " << function->name() << ": " << collectives;
+    if (inLoops > 0) std::cout << " (" << inLoops << " inside loops, once per iteration)";
+    std::cout << "\n";
+  }
+}
+
+int run(const Flags& flags) {
+  registerAllPasses();
+  for (const auto& plugin : flags.plugins) {
+    if (!dlopen(plugin.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
+      return fail("cannot load pass plugin '" + plugin + "': " + dlerror());
+    }
+  }
+  if (!PassRegistry::global().duplicates().empty()) {
+    return fail("pass '" + PassRegistry::global().duplicates().front() + "' is registered twice");
+  }
+  if (flags.listPasses) {
+    for (const PassInfo* pass : PassRegistry::global().list()) {
+      std::cout << "  " << pass->name << std::string(pass->name.size() < 26 ? 26 - pass->name.size() : 1, ' ')
+                << pass->summary << "\n";
+    }
+    return 0;
+  }
+  if (flags.input.empty()) return fail("no input file (usage: fsdp-opt INPUT.pt [options])");
+  namespace fs = std::filesystem;
+  if (!fs::is_regular_file(flags.input)) return fail("cannot read input '" + flags.input + "': no such file");
+  if (flags.worldSize < 1) return fail("--world-size must be at least 1, got " + std::to_string(flags.worldSize));
+  if (!flags.output.empty()) {
+    std::error_code same;
+    if (fs::exists(flags.output) && fs::equivalent(flags.output, flags.input, same)) {
+      return fail("output '" + flags.output + "' is the input; fsdp-opt never modifies its input");
+    }
+  }
+
+  PipelineOptions options;
+  options.unitPatterns = flags.units;
+  for (const auto& text : flags.forwardMethods) {
+    ForwardMethodSpec spec;
+    if (!parseForwardMethodSpec(text, spec)) {
+      return fail("--forward-method expects PATTERN:METHOD, got '" + text + "'");
+    }
+    options.forwardMethodSpecs.push_back(spec);
+  }
+  options.worldSize = flags.worldSize;
+  options.verifyEach = flags.verifyEach;
+  options.printIrAfter.insert(flags.printIrAfter.begin(), flags.printIrAfter.end());
+  options.printIrAfterAll = flags.printIrAfterAll;
+  std::vector<std::string> pipeline = flags.passes.empty() ? defaultPipeline() : splitCommas(flags.passes);
+  for (const auto& name : options.printIrAfter) {
+    if (!PassRegistry::global().find(name)) return fail("--print-ir-after names unknown pass '" + name + "'");
+  }
+
+  std::string inputSha256;
+  torch::jit::Module module;
+  try {
+    inputSha256 = sha256OfFile(flags.input);
+    module = torch::jit::load(flags.input);
+  } catch (const std::exception& e) {
+    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + firstLine(e.what()));
+  }
+
+  DiagnosticSink diagnostics;
+  PassContext context(module, options, diagnostics);
+  PipelineHooks hooks;
+  hooks.afterPass = [&](const std::string& pass, torch::jit::Module& current) {
+    if (options.printIrAfterAll || options.printIrAfter.count(pass)) {
+      std::cerr << "// *** IR after " << pass << " ***\n" << printModuleIR(current, flags.method);
+    }
+  };
+  bool ok = false;
+  try {
+    ok = runPipeline(context, pipeline, hooks);
+  } catch (const std::exception& e) {
+    diagnostics.error("pipeline", "internal error while running the pipeline: " + firstLine(e.what()));
+  }
+  bool errorShown = false;
+  for (const auto& diagnostic : diagnostics.all()) {
+    if (diagnostic.severity == Severity::Remark && !flags.remarks) continue;
+    if (diagnostic.severity == Severity::Error) {
+      std::cerr << (errorShown ? "note: " + diagnostic.message : formatDiagnostic(diagnostic)) << "\n";
+      errorShown = true;
+    } else {
+      std::cerr << formatDiagnostic(diagnostic) << "\n";
+    }
+  }
+  if (!ok || diagnostics.hasErrors()) return 1;
+
+  const FsdpPlan* plan = context.plan();
+  if (!plan) return fail("no FSDP plan could be built");
+  if (!flags.method.empty() && !context.module().find_method(flags.method)) {
+    bool anywhere = false;
+    for (const auto& item : context.module().named_modules()) anywhere = anywhere || item.value.find_method(flags.method);
+    if (!anywhere) return fail("--method: no module has a method '" + flags.method + "'");
+  }
+  if (flags.printIr) std::cout << printModuleIR(context.module(), flags.method);
+  if (flags.stats) printStatistics(context, *plan, flags.worldSize);
+
+  if (!flags.output.empty()) {
+    try {
+      ManifestInput input{flags.input, inputSha256, flags.worldSize};
+      std::string manifest = buildManifest(context.module(), *plan, input);
+      if (flags.worldSize == 1) {
+        writeSingleFile(context.module(), sha256Hex(manifest), flags.output);
+      } else {
+        writeShardedDirectory(context.module(), *plan, flags.worldSize, manifest, flags.output);
+      }
+    } catch (const std::exception& e) {
+      return fail("cannot write '" + flags.output + "': " + firstLine(e.what()));
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Flags flags;
+  CLI::App app{"fsdp-opt: insert and optimise FSDP collectives in TorchScript models", "fsdp-opt"};
+  app.add_option("input", flags.input, "TorchScript model (.pt)");
+  app.add_option("--fsdp-unit", flags.units, "designate FSDP units by module-path PATTERN (repeatable)");
+  app.add_option("--forward-method", flags.forwardMethods, "PATTERN:METHOD, register a forward method (repeatable)");
+  app.add_option("--world-size", flags.worldSize, "shard for N ranks (default 1)");
+  app.add_option("-o", flags.output, "output: a .pt file (world size 1) or a directory");
+  app.add_flag("--print-ir", flags.printIr, "print the rewritten graphs to stdout");
+  app.add_option("--method", flags.method, "with --print-ir*: only methods of this name");
+  app.add_option("--passes", flags.passes, "comma-separated pipeline to run instead of the default");
+  app.add_flag("--list-passes", flags.listPasses, "list registered passes");
+  app.add_option("--load-pass-plugin", flags.plugins, "load a shared library that registers passes");
+  app.add_option("--print-ir-after", flags.printIrAfter, "print the IR after PASS to stderr (repeatable)");
+  app.add_flag("--print-ir-after-all", flags.printIrAfterAll, "print the IR after every pass to stderr");
+  app.add_flag("--verify-each", flags.verifyEach, "run the verifier after each pass");
+  app.add_flag("--remarks", flags.remarks, "one line per decision, to stderr");
+  app.add_flag("--stats", flags.stats, "print counts to stdout");
+  app.set_version_flag("--version", std::string("fsdp-opt ") + FSDP_OPT_VERSION + " (torch " + FSDP_OPT_TORCH_VERSION + ")");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::CallForVersion& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    std::cerr << "error: " << e.what() << "\n";
+    return 2;
+  }
+  try {
+    return run(flags);
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << firstLine(e.what()) << "\n";
+    return 1;
+  }
+}
