@@ -44,12 +44,13 @@ fi
 
 # The t2 venv. Several shells may run this at once (a developer and a test run): the lock
 # makes the second wait for the first install instead of racing it in the same directory.
-venv_ok() { "$VENV/bin/python" -c 'import torch, torchvision, numpy, pytest' >/dev/null 2>&1; }
+# Prints torch's version when the venv has everything (one torch import: seconds).
+venv_torch() { "$VENV/bin/python" -c 'import torch, torchvision, numpy, pytest; print(torch.__version__)' 2>/dev/null; }
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock 9
-if venv_ok; then
-  log "venv: $VENV ok (torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)'))"
+if version=$(venv_torch); then
+  log "venv: $VENV ok (torch $version)"
 else
   # A venv whose interpreter no longer starts (Debian's python3 upgraded under it) is rebuilt
   # from scratch; one that only lacks packages gets them, keeping what is already downloaded.
@@ -60,8 +61,8 @@ else
   fi
   log "venv: installing torch 2.x, torchvision, numpy, pytest (several GiB on a fresh machine)"
   "$VENV/bin/python" -m pip install --no-input -q 'torch>=2,<3' torchvision numpy pytest </dev/null
-  venv_ok || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest"; exit 1; }
-  log "venv: torch $("$VENV/bin/python" -c 'import torch; print(torch.__version__)') installed"
+  version=$(venv_torch) || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest"; exit 1; }
+  log "venv: torch $version installed"
 fi
 flock -u 9
 
