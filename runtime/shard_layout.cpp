@@ -1,0 +1,174 @@
+#include "shard_layout.h"
+
+#include <algorithm>
+#include <cstring>
+#include <sstream>
+#include <stdexcept>
+
+namespace fsdp_opt {
+namespace layout {
+namespace {
+
+int64_t mulChecked(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (__builtin_mul_overflow(a, b, &r)) {
+    throw std::overflow_error(std::string("fsdp layout: overflow computing ") + what);
+  }
+  return r;
+}
+
+int64_t addChecked(int64_t a, int64_t b, const char* what) {
+  int64_t r = 0;
+  if (__builtin_add_overflow(a, b, &r)) {
+    throw std::overflow_error(std::string("fsdp layout: overflow computing ") + what);
+  }
+  return r;
+}
+
+void requireWorld(int64_t world) {
+  if (world <= 0) {
+    throw std::invalid_argument("fsdp layout: world size must be positive, got " +
+                                std::to_string(world));
+  }
+}
+
+void requireRows(int64_t rows) {
+  if (rows < 0) {
+    throw std::invalid_argument("fsdp layout: row count must be non-negative, got " +
+                                std::to_string(rows));
+  }
+}
+
+}  // namespace
+
+int64_t ceilDiv(int64_t a, int64_t b) {
+  if (a < 0 || b <= 0) {
+    throw std::invalid_argument("fsdp layout: ceilDiv(" + std::to_string(a) + ", " +
+                                std::to_string(b) + ") out of domain");
+  }
+  return a / b + (a % b != 0 ? 1 : 0);
+}
+
+int64_t shardRows(int64_t fullRows, int64_t world) {
+  requireRows(fullRows);
+  requireWorld(world);
+  return ceilDiv(fullRows, world);
+}
+
+int64_t rowBegin(int64_t fullRows, int64_t world, int64_t rank) {
+  if (rank < 0 || rank >= world) {
+    throw std::invalid_argument("fsdp layout: rank " + std::to_string(rank) +
+                                " out of range for world size " + std::to_string(world));
+  }
+  return mulChecked(rank, shardRows(fullRows, world), "row offset");
+}
+
+int64_t validRowsOnRank(int64_t fullRows, int64_t world, int64_t rank) {
+  const int64_t c = shardRows(fullRows, world);
+  const int64_t begin = rowBegin(fullRows, world, rank);
+  return std::min(c, std::max<int64_t>(0, fullRows - begin));
+}
+
+std::string checkShardRows(int64_t shardRowsGot, int64_t fullRows, int64_t world) {
+  if (world <= 0) return "world size " + std::to_string(world) + " is not positive";
+  if (fullRows < 0) return "full row count " + std::to_string(fullRows) + " is negative";
+  const int64_t want = ceilDiv(fullRows, world);
+  if (shardRowsGot == want) return {};
+  std::ostringstream os;
+  os << "shard has " << shardRowsGot << " rows, but a parameter of " << fullRows
+     << " rows sharded over " << world << " ranks must have ceil(" << fullRows << "/" << world
+     << ") = " << want << " rows per rank";
+  return os.str();
+}
+
+PackLayout::PackLayout(std::vector<ParamSpec> params, int64_t world, int64_t alignment)
+    : params_(std::move(params)), world_(world), alignment_(alignment) {
+  requireWorld(world_);
+  if (alignment_ <= 0 || (alignment_ & (alignment_ - 1)) != 0) {
+    throw std::invalid_argument("fsdp layout: alignment must be a power of two, got " +
+                                std::to_string(alignment_));
+  }
+  offsets_.reserve(params_.size());
+  int64_t cursor = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    requireRows(params_[i].fullRows);
+    if (params_[i].rowBytes < 0) {
+      throw std::invalid_argument("fsdp layout: negative row size for parameter " +
+                                  std::to_string(i));
+    }
+    cursor = addChecked(cursor, alignment_ - 1, "packed offset") & ~(alignment_ - 1);
+    offsets_.push_back(cursor);
+    cursor = addChecked(cursor, shardBytes(i), "packed size");
+  }
+  packedBytes_ = cursor;
+  (void)mulChecked(packedBytes_, world_, "gathered size");
+}
+
+int64_t PackLayout::shardRows(size_t i) const {
+  return layout::shardRows(params_.at(i).fullRows, world_);
+}
+
+int64_t PackLayout::shardBytes(size_t i) const {
+  return mulChecked(shardRows(i), params_.at(i).rowBytes, "shard size");
+}
+
+int64_t PackLayout::fullBytes(size_t i) const {
+  return mulChecked(params_.at(i).fullRows, params_.at(i).rowBytes, "full size");
+}
+
+int64_t PackLayout::totalFullBytes() const {
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) total = addChecked(total, fullBytes(i), "total");
+  return total;
+}
+
+std::vector<Segment> PackLayout::unpackSegments(size_t i) const {
+  const ParamSpec& p = params_.at(i);
+  std::vector<Segment> segs;
+  for (int64_t r = 0; r < world_; ++r) {
+    const int64_t rows = validRowsOnRank(p.fullRows, world_, r);
+    if (rows == 0) continue;
+    Segment s;
+    s.rank = r;
+    s.srcOffset = r * packedBytes_ + offsets_[i];
+    s.dstOffset = rowBegin(p.fullRows, world_, r) * p.rowBytes;
+    s.bytes = rows * p.rowBytes;
+    if (s.bytes > 0) segs.push_back(s);
+  }
+  return segs;
+}
+
+void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, void* packed) {
+  if (shards.size() != layout.numParams()) {
+    throw std::invalid_argument("fsdp layout: packCpu got " + std::to_string(shards.size()) +
+                                " shards for " + std::to_string(layout.numParams()) +
+                                " parameters");
+  }
+  auto* out = static_cast<char*>(packed);
+  int64_t cursor = 0;
+  for (size_t i = 0; i < layout.numParams(); ++i) {
+    const int64_t off = layout.offset(i);
+    if (off > cursor) std::memset(out + cursor, 0, static_cast<size_t>(off - cursor));
+    const int64_t n = layout.shardBytes(i);
+    if (n > 0) std::memcpy(out + off, shards[i], static_cast<size_t>(n));
+    cursor = off + n;
+  }
+}
+
+void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls) {
+  if (fulls.size() != layout.numParams()) {
+    throw std::invalid_argument("fsdp layout: unpackCpu got " + std::to_string(fulls.size()) +
+                                " outputs for " + std::to_string(layout.numParams()) +
+                                " parameters");
+  }
+  const auto* in = static_cast<const char*>(gathered);
+  for (size_t i = 0; i < layout.numParams(); ++i) {
+    auto* out = static_cast<char*>(fulls[i]);
+    for (const Segment& s : layout.unpackSegments(i)) {
+      std::memcpy(out + s.dstOffset, in + s.srcOffset, static_cast<size_t>(s.bytes));
+    }
+  }
+}
+
+}  // namespace layout
+}  // namespace fsdp_opt

@@ -1,0 +1,102 @@
+// Sharding layout math (SPEC section 2) and the packed-buffer layout that the runtime's
+// coalesced all-gather uses. Torch-free on purpose: unit-testable on its own and shared by
+// every backend (the CPU/Gloo one now, a CUDA one later).
+//
+// Layout of one parameter of N rows on W ranks: every rank holds c = ceil(N / W) rows; rank r's
+// rows are [r*c, min((r+1)*c, N)) followed by zero padding up to c rows.
+//
+// Layout of one coalesced gather: every rank packs the shards of all (deduplicated) parameters of
+// a unit back to back into one byte buffer of packedBytes() bytes; parameter i starts at
+// offset(i), a multiple of the alignment. The collective concatenates the W packed buffers in
+// rank order (gatheredBytes() = W * packedBytes()). unpackSegments(i) lists the byte ranges to
+// copy from that gathered buffer into the full tensor of parameter i (padding dropped).
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace fsdp_opt {
+namespace layout {
+
+/// ceil(a / b) for a >= 0, b > 0.
+int64_t ceilDiv(int64_t a, int64_t b);
+
+/// Rows every rank holds for a parameter of `fullRows` rows: ceil(fullRows / world).
+int64_t shardRows(int64_t fullRows, int64_t world);
+
+/// First full-tensor row held by `rank` (may be >= fullRows for a rank past the end).
+int64_t rowBegin(int64_t fullRows, int64_t world, int64_t rank);
+
+/// Rows of real data (not padding) held by `rank`: min(c, max(0, fullRows - rank*c)).
+int64_t validRowsOnRank(int64_t fullRows, int64_t world, int64_t rank);
+
+/// Empty string when a shard of `shardRowsGot` rows is a valid shard of a `fullRows`-row
+/// parameter for `world` ranks; otherwise a human-readable reason (no unit/param name in it).
+std::string checkShardRows(int64_t shardRowsGot, int64_t fullRows, int64_t world);
+
+/// One parameter of a coalesced gather.
+struct ParamSpec {
+  int64_t fullRows = 0;  // dim-0 size of the unsharded parameter
+  int64_t rowBytes = 0;  // bytes of one dim-0 row: element size * product of sizes[1:]
+};
+
+/// A contiguous byte range to copy.
+struct Segment {
+  int64_t srcOffset = 0;  // in the gathered buffer (W packed chunks, rank order)
+  int64_t dstOffset = 0;  // in the full parameter's contiguous bytes
+  int64_t bytes = 0;
+  int64_t rank = 0;       // the rank whose chunk the bytes come from
+};
+
+class PackLayout {
+ public:
+  /// Default alignment of each parameter inside a packed chunk (bytes). 16 keeps every
+  /// dtype aligned and suits vectorised copy kernels.
+  static constexpr int64_t kDefaultAlignment = 16;
+
+  PackLayout(std::vector<ParamSpec> params, int64_t world,
+             int64_t alignment = kDefaultAlignment);
+
+  int64_t world() const { return world_; }
+  size_t numParams() const { return params_.size(); }
+  const ParamSpec& param(size_t i) const { return params_.at(i); }
+
+  /// Rows of parameter i's shard (same on every rank).
+  int64_t shardRows(size_t i) const;
+  /// Bytes of parameter i's shard (padding included): shardRows(i) * rowBytes.
+  int64_t shardBytes(size_t i) const;
+  /// Bytes of parameter i unsharded: fullRows * rowBytes.
+  int64_t fullBytes(size_t i) const;
+  /// Byte offset of parameter i's shard inside one rank's packed chunk.
+  int64_t offset(size_t i) const { return offsets_.at(i); }
+
+  /// Bytes one rank contributes (the send buffer size).
+  int64_t packedBytes() const { return packedBytes_; }
+  /// Bytes of the collective's output: world() * packedBytes().
+  int64_t gatheredBytes() const { return packedBytes_ * world_; }
+  /// Sum of fullBytes(i) over all parameters.
+  int64_t totalFullBytes() const;
+
+  /// Copies that rebuild parameter i from the gathered buffer, in rank order; ranks that hold
+  /// only padding contribute no segment.
+  std::vector<Segment> unpackSegments(size_t i) const;
+
+ private:
+  std::vector<ParamSpec> params_;
+  std::vector<int64_t> offsets_;
+  int64_t world_;
+  int64_t alignment_;
+  int64_t packedBytes_ = 0;
+};
+
+/// Reference CPU implementations over raw bytes (used by the CPU backend and the tests).
+/// pack: copies shard i (shardBytes(i) bytes at shards[i]) to `packed + offset(i)` and zeroes
+/// the alignment gaps.
+void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, void* packed);
+/// unpack: fills fulls[i] (fullBytes(i) bytes) from the gathered buffer.
+void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls);
+
+}  // namespace layout
+}  // namespace fsdp_opt
