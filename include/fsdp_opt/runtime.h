@@ -1,0 +1,61 @@
+// C++ API of libfsdp_runtime. The same functionality is exposed as TorchScript ops in the
+// `fsdp` namespace (docs/design.md, docs/runtime.md); loading or linking the library registers
+// them. This header is torch-free so tools can include it cheaply.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+namespace fsdp_opt {
+namespace runtime {
+
+/// Counters of the runtime (process-wide). See docs/runtime.md for exact definitions.
+struct Stats {
+  int64_t all_gathers = 0;           // unit unshards (one coalesced collective each)
+  int64_t gather_calls = 0;          // fsdp::all_gather invocations (nested ones included)
+  int64_t bytes_gathered = 0;        // bytes of full parameters produced by all_gathers
+  int64_t unsharded_bytes = 0;       // bytes of parameters unsharded right now
+  int64_t peak_unsharded_bytes = 0;  // max of unsharded_bytes since the last reset
+  int64_t reshards = 0;              // unit reshards that released full storage
+  int64_t reshard_calls = 0;         // fsdp::reshard invocations
+  int64_t release_all_calls = 0;     // fsdp::release_all invocations
+
+  /// (name, value) pairs in a fixed order; the names are the keys of fsdp::stats().
+  std::vector<std::pair<std::string, int64_t>> items() const;
+};
+
+/// A snapshot of the counters.
+Stats stats();
+/// Zeroes the counters; unsharded_bytes keeps its current value (it is state, not a count)
+/// and peak_unsharded_bytes restarts from it.
+void resetStats();
+
+/// Explicitly initialises the process group (instead of torchrun's environment variables).
+/// With worldSize > 1, rank 0 hosts a c10d TCPStore on masterAddr:masterPort. A timeout of
+/// zero means "FSDP_OPT_TIMEOUT_S or its default". Calling it again with the same arguments is
+/// a no-op; with different ones it is an error until destroyProcessGroup().
+void initProcessGroup(int rank, int worldSize, const std::string& masterAddr = "127.0.0.1",
+                      int masterPort = 0,
+                      std::chrono::milliseconds timeout = std::chrono::milliseconds(0));
+/// Tears the process group down (backends, store). Gathered parameters stay gathered.
+void destroyProcessGroup();
+/// True once the process group exists (explicitly or lazily from the environment).
+bool isProcessGroupInitialized();
+/// Rank / world size of the process group, initialising it from the environment if needed.
+int rank();
+int worldSize();
+
+/// Reshards every gathered parameter and resets every count (what fsdp::release_all does).
+void releaseAll();
+
+/// Timeout of collectives and rendezvous: FSDP_OPT_TIMEOUT_S seconds (default 300).
+std::chrono::milliseconds defaultTimeout();
+
+/// Version string of the runtime library (the project version).
+const char* version();
+
+}  // namespace runtime
+}  // namespace fsdp_opt

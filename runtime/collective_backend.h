@@ -1,0 +1,87 @@
+// The runtime's collective backend interface, shaped like c10d::Backend but reduced to what
+// fsdp needs: a byte all-gather (the runtime packs all shards of a unit, whatever their dtypes,
+// into one byte buffer, so one collective serves a whole unit). One implementation per device
+// kind: Gloo over c10d::ProcessGroupGloo for CPU tensors (gloo_backend.cpp); a CUDA/NCCL one is
+// planned. Anything a backend cannot do throws "backend NAME does not support WHAT".
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/util/intrusive_ptr.h>
+
+namespace c10d {
+class Store;
+}
+
+namespace fsdp_opt {
+namespace runtime {
+
+/// A collective in flight.
+class PendingCollective {
+ public:
+  virtual ~PendingCollective() = default;
+  /// Blocks until done; throws on failure or after the backend's timeout.
+  virtual void wait() = 0;
+};
+
+class CollectiveBackend {
+ public:
+  struct Options {
+    /// Bound on every collective (and on the backend's own rendezvous).
+    std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  };
+
+  explicit CollectiveBackend(Options options) : options_(std::move(options)) {}
+  virtual ~CollectiveBackend() = default;
+  CollectiveBackend(const CollectiveBackend&) = delete;
+  CollectiveBackend& operator=(const CollectiveBackend&) = delete;
+
+  virtual std::string name() const = 0;
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  const Options& options() const { return options_; }
+
+  /// Gathers `input` (contiguous uint8, n bytes, the same n on every rank) from every rank into
+  /// `output` (contiguous uint8, size() * n bytes): rank r's bytes land at [r*n, (r+1)*n).
+  /// Blocks; throws on failure or timeout.
+  virtual void allGatherBytes(const at::Tensor& input, const at::Tensor& output);
+
+  /// Starts the same collective; `input` and `output` must stay alive until wait() returns.
+  virtual std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
+                                                                 const at::Tensor& output);
+
+  /// Blocks until every rank has reached the barrier.
+  virtual void barrier();
+
+ protected:
+  /// Throws c10::Error("backend NAME does not support WHAT").
+  [[noreturn]] void unsupported(const std::string& what) const;
+  /// Checks the common preconditions of allGatherBytes*: dtype, contiguity, sizes, device.
+  void checkAllGatherArgs(const at::Tensor& input, const at::Tensor& output) const;
+
+ private:
+  Options options_;
+};
+
+/// Options of the Gloo backend.
+struct GlooBackendOptions : CollectiveBackend::Options {
+  /// Network interfaces to bind (GLOO_SOCKET_IFNAME, comma-separated); empty: use `hostname`.
+  std::vector<std::string> interfaces;
+  /// Address or hostname to bind when no interface is named (127.0.0.1 on loopback runs).
+  std::string hostname = "127.0.0.1";
+  /// Gloo worker threads.
+  int threads = 2;
+};
+
+/// Creates the Gloo backend over a c10d store (the rendezvous happens here; it is bounded by
+/// options.timeout). Only CPU tensors are supported.
+std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int size,
+                                                   const GlooBackendOptions& options);
+
+}  // namespace runtime
+}  // namespace fsdp_opt

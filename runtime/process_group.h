@@ -1,0 +1,41 @@
+// Internal: the runtime's process group (rank, world size, c10d store, one collective backend
+// per device kind). Created lazily from torchrun's environment at the first check_rank or
+// all_gather, or explicitly with fsdp_opt::runtime::initProcessGroup.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <string>
+
+#include <c10/core/Device.h>
+
+#include "collective_backend.h"
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+
+struct GroupInfo {
+  int rank = 0;
+  int world = 1;
+  int localRank = 0;
+};
+
+/// Rank and world size, creating the group from the environment first if needed.
+GroupInfo ensureGroup();
+
+/// The backend for tensors on `device` (CPU: gloo, created on first use; CUDA: none built).
+/// `context` prefixes error messages (e.g. "fsdp::all_gather(unit 'a.b')").
+std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
+                                              const std::string& context);
+
+/// fsdp::check_rank: rank/world against the group, then (once per distinct hash) the manifest
+/// hash of every rank through the store.
+void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256);
+
+/// FSDP_OPT_TIMEOUT_S parsed (throws on a malformed value); 300 s when unset.
+std::chrono::milliseconds timeoutFromEnv();
+
+}  // namespace detail
+}  // namespace runtime
+}  // namespace fsdp_opt
