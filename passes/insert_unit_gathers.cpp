@@ -65,18 +65,6 @@ bool unitsByType(torch::jit::Module& root, const FsdpPlan& plan, DiagnosticSink&
   return ok;
 }
 
-// The path of a module value reached from `self` through prim::GetAttr nodes, relative to self.
-std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self) {
-  std::string path;
-  while (value != self) {
-    torch::jit::Node* node = value->node();
-    if (node->kind() != c10::prim::GetAttr) return std::nullopt;
-    path = path.empty() ? node->s(c10::attr::name) : node->s(c10::attr::name) + "." + path;
-    value = node->input(0);
-  }
-  return path;
-}
-
 bool alreadyWrapped(torch::jit::Node* call) {
   torch::jit::Node* next = call->next();
   return next && next->kind() == ops::reshard();

@@ -21,6 +21,13 @@ void registerAllPasses() {
     registry.add({"wrap-entry-methods",
                   "rank check in root methods; root unit gathered inside its forward methods",
                   wrapEntryMethods});
+    registry.add({"inline-loop-calls",
+                  "inline method calls in loop bodies that reach a gather", inlineLoopCalls});
+    registry.add({"eliminate-redundant-gathers",
+                  "drop gathers of units already unsharded on every path", eliminateRedundantGathers});
+    registry.add({"hoist-loop-gathers",
+                  "gather loop-invariant units once per loop, within --max-unsharded-bytes",
+                  hoistLoopGathers});
     registry.add({"reshard-on-raise", "fsdp::release_all before every raise", reshardOnRaise});
     registry.add({"verify-fsdp", "check gather/reshard pairing, DCE survival, no sharded reads",
                   verifyFsdp});
@@ -36,6 +43,11 @@ std::vector<std::string> defaultPipeline() {
       // Call sites inside graphs, then the entry methods whose callers are outside TorchScript.
       "insert-unit-gathers",
       "wrap-entry-methods",
+      // Scheduling: bring the gathers a loop runs into its graph, drop the ones the caller's
+      // gathers already cover, then gather loop-invariant units once per loop.
+      "inline-loop-calls",
+      "eliminate-redundant-gathers",
+      "hoist-loop-gathers",
       // After every insertion, so the release covers all gathers a raise can skip.
       "reshard-on-raise",
       // Always last: the output must satisfy SPEC section 5.

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,7 +21,15 @@ struct PipelineOptions {
   bool verifyEach = false;                            // --verify-each
   std::set<std::string> printIrAfter;                 // --print-ir-after
   bool printIrAfterAll = false;                       // --print-ir-after-all
+  // --max-unsharded-bytes: bound on the statically computed peak of unsharded parameter bytes
+  // that scheduling passes may reach (hoisting, prefetch). Unset: no bound.
+  std::optional<int64_t> maxUnshardedBytes;
+  int64_t bucketBytes = 0;  // --bucket-bytes: merge adjacent gathers below this size (0: off)
 };
+
+// "512MiB", "1GiB", "64KB", "1000": bytes. Binary (KiB, MiB, GiB) and decimal (KB, MB, GB)
+// suffixes; returns false on anything else.
+bool parseByteSize(const std::string& text, int64_t& bytes);
 
 // Parses "PATTERN:METHOD" (split at the last ':'); returns false on a malformed spec.
 bool parseForwardMethodSpec(const std::string& text, ForwardMethodSpec& out);

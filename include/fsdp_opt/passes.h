@@ -22,6 +22,15 @@ bool insertUnitGathers(PassContext& context);
 // the body of its forward methods.
 bool wrapEntryMethods(PassContext& context);
 
+// inline-loop-calls: inlines, into loop bodies, method calls that reach an fsdp::all_gather.
+bool inlineLoopCalls(PassContext& context);
+
+// eliminate-redundant-gathers: removes gathers of units already unsharded at that point.
+bool eliminateRedundantGathers(PassContext& context);
+
+// hoist-loop-gathers: moves loop-invariant gathers out of loops within --max-unsharded-bytes.
+bool hoistLoopGathers(PassContext& context);
+
 // reshard-on-raise: fsdp::release_all before every prim::RaiseException.
 bool reshardOnRaise(PassContext& context);
 

@@ -52,3 +52,40 @@ torch::jit::Node* insertUnitReshard(torch::jit::Graph& graph, torch::jit::Node* 
 }
 
 }  // namespace fsdp_opt
+
+namespace fsdp_opt {
+
+torch::jit::Node* reshardOf(torch::jit::Node* gather) {
+  for (const torch::jit::Use& use : gather->output()->uses()) {
+    if (use.user->kind() == ops::reshard()) return use.user;
+  }
+  return nullptr;
+}
+
+torch::jit::Value* gatheredModule(torch::jit::Node* gather) {
+  torch::jit::Node* unitPath = gather->input(2)->node();
+  if (unitPath->kind() != c10::prim::GetAttr || unitPath->s(c10::attr::name) != kUnitPathAttr) return nullptr;
+  return unitPath->input(0);
+}
+
+std::string moduleChainKey(torch::jit::Value* module) {
+  std::string path;
+  while (module->node()->kind() == c10::prim::GetAttr) {
+    path = "." + module->node()->s(c10::attr::name) + path;
+    module = module->node()->input(0);
+  }
+  return "%" + std::to_string(module->unique()) + path;
+}
+
+std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self) {
+  std::string path;
+  while (value != self) {
+    torch::jit::Node* node = value->node();
+    if (node->kind() != c10::prim::GetAttr) return std::nullopt;
+    path = path.empty() ? node->s(c10::attr::name) : node->s(c10::attr::name) + "." + path;
+    value = node->input(0);
+  }
+  return path;
+}
+
+}  // namespace fsdp_opt

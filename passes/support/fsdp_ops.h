@@ -6,6 +6,9 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <optional>
+#include <string>
+
 namespace fsdp_opt {
 
 namespace ops {
@@ -31,5 +34,16 @@ torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* 
                                    const Unit& unit);
 // At the graph's insertion point: the reshard matching `gather`.
 torch::jit::Node* insertUnitReshard(torch::jit::Graph& graph, torch::jit::Node* gather);
+
+// The reshard consuming a gather's output, or nullptr.
+torch::jit::Node* reshardOf(torch::jit::Node* gather);
+// The module value a single-unit gather unshards (the object its unit path is read from), or
+// nullptr for a bucket of several units.
+torch::jit::Value* gatheredModule(torch::jit::Node* gather);
+// Names the module a value denotes by its prim::GetAttr chain from a root value, so that two
+// separate chains to one submodule (e.g. after inlining) get the same key.
+std::string moduleChainKey(torch::jit::Value* module);
+// The path of a module value reached from `self` through prim::GetAttr nodes, relative to self.
+std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self);
 
 }  // namespace fsdp_opt

@@ -3,6 +3,9 @@
 
 #include <fnmatch.h>
 
+#include <cctype>
+#include <climits>
+
 #include <vector>
 
 namespace fsdp_opt {
@@ -57,6 +60,26 @@ bool parseForwardMethodSpec(const std::string& text, ForwardMethodSpec& out) {
   out.pattern = text.substr(0, colon);
   out.method = text.substr(colon + 1);
   return true;
+}
+
+bool parseByteSize(const std::string& text, int64_t& bytes) {
+  size_t digits = 0;
+  while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;
+  if (digits == 0 || digits > 18) return false;
+  int64_t value = std::stoll(text.substr(0, digits));
+  static const std::pair<const char*, int64_t> kSuffixes[] = {
+      {"", 1},          {"B", 1},
+      {"KiB", 1LL << 10}, {"MiB", 1LL << 20}, {"GiB", 1LL << 30}, {"TiB", 1LL << 40},
+      {"KB", 1000LL}, {"MB", 1000LL * 1000}, {"GB", 1000LL * 1000 * 1000},
+      {"TB", 1000LL * 1000 * 1000 * 1000}};
+  std::string suffix = text.substr(digits);
+  for (const auto& [name, scale] : kSuffixes) {
+    if (suffix != name) continue;
+    if (value > INT64_MAX / scale) return false;
+    bytes = value * scale;
+    return true;
+  }
+  return false;
 }
 
 }  // namespace fsdp_opt

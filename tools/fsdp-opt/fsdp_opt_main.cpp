@@ -37,6 +37,7 @@ struct Flags {
   bool verifyEach = false;
   bool remarks = false;
   bool stats = false;
+  std::string maxUnshardedBytes;
 };
 
 int fail(const std::string& message) {
@@ -134,6 +135,13 @@ int run(const Flags& flags) {
     options.forwardMethodSpecs.push_back(spec);
   }
   options.worldSize = flags.worldSize;
+  if (!flags.maxUnshardedBytes.empty()) {
+    int64_t bytes = 0;
+    if (!parseByteSize(flags.maxUnshardedBytes, bytes)) {
+      return fail("--max-unsharded-bytes expects a size like 4096, 64KiB or 512MiB, got '" + flags.maxUnshardedBytes + "'");
+    }
+    options.maxUnshardedBytes = bytes;
+  }
   options.verifyEach = flags.verifyEach;
   options.printIrAfter.insert(flags.printIrAfter.begin(), flags.printIrAfter.end());
   options.printIrAfterAll = flags.printIrAfterAll;
@@ -223,6 +231,8 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-each", flags.verifyEach, "run the verifier after each pass");
   app.add_flag("--remarks", flags.remarks, "one line per decision, to stderr");
   app.add_flag("--stats", flags.stats, "print counts to stdout");
+  app.add_option("--max-unsharded-bytes", flags.maxUnshardedBytes,
+                 "bound on the static peak of unsharded bytes for scheduling passes (e.g. 512MiB; default: none)");
   app.set_version_flag("--version", std::string("fsdp-opt ") + FSDP_OPT_VERSION + " (torch " + FSDP_OPT_TORCH_VERSION + ")");
   try {
     app.parse(argc, argv);

@@ -1,0 +1,191 @@
+// Pass hoist-loop-gathers: gather a unit once per loop instead of once per iteration.
+//
+// In `generate`, every decoding step calls every layer, so per-call gathers re-gather the whole
+// model per token. For each prim::Loop in a method of the root (innermost loops first), each
+// gather directly in the loop body whose operands are loop-invariant (prim::GetAttr chains from
+// values defined outside the loop) moves before the loop, and its reshard after it, as long as
+// the static peak of unsharded bytes stays within --max-unsharded-bytes:
+//   peak = own bytes of the units gathered around the loop in this graph
+//        + footprints of the hoisted units
+//        + the largest footprint among the gathers left inside the loop,
+// where a unit's footprint is its group's bytes plus those of every unit nested in it (their
+// gathers happen inside its calls). Units that do not fit keep their per-iteration gathers,
+// greedily in program order. Loops outside root methods are left alone: their callers' open
+// gathers are not in view, so their peak could not be bounded here.
+// Assumes: inline-loop-calls and eliminate-redundant-gathers ran (gathers of the loop are in
+// this graph, none redundant). Guarantees: pairing kept (both ends move to the loop's block).
+//
+//   before: prim::Loop { %g = fsdp::all_gather(...); call; fsdp::reshard(%g) }
+//   after:  %g = fsdp::all_gather(...); prim::Loop { call }; fsdp::reshard(%g)
+#include <fsdp_opt/passes.h>
+#include <fsdp_opt/pattern.h>
+
+#include "support/fsdp_ops.h"
+#include "support/module_tree.h"
+
+#include <limits>
+#include <map>
+#include <set>
+
+namespace fsdp_opt {
+namespace {
+
+constexpr const char* kPassName = "hoist-loop-gathers";
+
+class LoopHoister {
+ public:
+  LoopHoister(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph, std::string where)
+      : context_(context), plan_(plan), graph_(graph), where_(std::move(where)) {
+    budget_ = context.options().maxUnshardedBytes.value_or(std::numeric_limits<int64_t>::max());
+  }
+
+  int run() {
+    std::vector<torch::jit::Node*> loops;
+    collectLoopsPostOrder(graph_.block(), loops);
+    int hoisted = 0;
+    for (torch::jit::Node* loop : loops) hoisted += hoistFrom(loop);
+    return hoisted;
+  }
+
+ private:
+  static void collectLoopsPostOrder(torch::jit::Block* block, std::vector<torch::jit::Node*>& loops) {
+    for (torch::jit::Node* node : block->nodes()) {
+      for (torch::jit::Block* nested : node->blocks()) collectLoopsPostOrder(nested, loops);
+      if (node->kind() == c10::prim::Loop) loops.push_back(node);
+    }
+  }
+
+  const Unit* unitOf(torch::jit::Node* gather) {
+    torch::jit::Value* module = gatheredModule(gather);
+    if (!module) return nullptr;
+    auto path = pathFromSelf(module, graph_.inputs().at(0));
+    return path ? plan_.unitAt(*path) : nullptr;
+  }
+
+  int64_t footprint(const Unit* unit) {
+    int64_t bytes = 0;
+    for (const auto& other : plan_.units) {
+      if (isWithin(other.path, unit->path)) bytes += other.bytes();
+    }
+    return bytes;
+  }
+
+  // Own bytes of the gathers open (gathered, not resharded) where `loop` runs, in this graph:
+  // in each enclosing block, gathers before the node holding the loop whose reshard is after it.
+  int64_t openBytesAt(torch::jit::Node* loop) {
+    int64_t bytes = 0;
+    for (torch::jit::Node* anchor = loop; anchor; anchor = anchor->owningBlock()->owningNode()) {
+      for (torch::jit::Node* node : anchor->owningBlock()->nodes()) {
+        if (node == anchor) break;
+        if (node->kind() != ops::allGather()) continue;
+        torch::jit::Node* reshard = reshardOf(node);
+        const Unit* unit = unitOf(node);
+        if (unit && reshard && anchor->isBefore(reshard)) bytes += unit->bytes();
+      }
+    }
+    return bytes;
+  }
+
+  // The nodes of `body` that `gather` depends on, if all are invariant reads; else false.
+  bool invariantOperands(torch::jit::Node* gather, torch::jit::Node* loop,
+                         std::set<torch::jit::Node*>& nodes) {
+    std::vector<torch::jit::Value*> work(gather->inputs().begin(), gather->inputs().end());
+    while (!work.empty()) {
+      torch::jit::Value* value = work.back();
+      work.pop_back();
+      torch::jit::Node* producer = value->node();
+      if (!isInside(producer, loop)) continue;
+      auto kind = producer->kind();
+      if (kind != c10::prim::GetAttr && kind != c10::prim::ListConstruct && kind != c10::prim::Constant) {
+        return false;
+      }
+      if (producer->owningBlock() != loop->blocks()[0]) return false;
+      if (nodes.insert(producer).second) {
+        for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
+      }
+    }
+    return true;
+  }
+
+  static bool isInside(torch::jit::Node* node, torch::jit::Node* loop) {
+    for (torch::jit::Block* block = node->owningBlock(); block->owningNode(); block = block->owningNode()->owningBlock()) {
+      if (block->owningNode() == loop) return true;
+    }
+    return false;
+  }
+
+  int hoistFrom(torch::jit::Node* loop) {
+    torch::jit::Block* body = loop->blocks()[0];
+    std::vector<torch::jit::Node*> candidates;
+    std::vector<torch::jit::Node*> inside;  // every gather in the loop, nested blocks too
+    forEachNode(body, [&](torch::jit::Node* node) {
+      if (node->kind() != ops::allGather()) return;
+      inside.push_back(node);
+      if (node->owningBlock() == body) candidates.push_back(node);
+    });
+    if (candidates.empty()) return 0;
+    int64_t open = openBytesAt(loop);
+    int64_t hoistedBytes = 0;
+    std::set<torch::jit::Node*> hoisted;
+    auto largestLeft = [&](torch::jit::Node* skip) {
+      int64_t largest = 0;
+      for (torch::jit::Node* gather : inside) {
+        if (gather == skip || hoisted.count(gather)) continue;
+        if (const Unit* unit = unitOf(gather)) largest = std::max(largest, footprint(unit));
+      }
+      return largest;
+    };
+    int moved = 0;
+    for (torch::jit::Node* gather : candidates) {
+      const Unit* unit = unitOf(gather);
+      torch::jit::Node* reshard = reshardOf(gather);
+      std::set<torch::jit::Node*> operands;
+      if (!unit || !reshard || !invariantOperands(gather, loop, operands)) continue;
+      int64_t peak = open + hoistedBytes + footprint(unit) + largestLeft(gather);
+      if (peak > budget_) {
+        context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' kept per iteration in " +
+                                                     where_ + ": hoisting it would reach " +
+                                                     std::to_string(peak) + " unsharded bytes, over the budget of " +
+                                                     std::to_string(budget_));
+        continue;
+      }
+      operands.insert(gather);
+      std::vector<torch::jit::Node*> ordered;
+      for (torch::jit::Node* node : body->nodes()) {
+        if (operands.count(node)) ordered.push_back(node);
+      }
+      for (torch::jit::Node* node : ordered) node->moveBefore(loop);
+      reshard->moveAfter(loop);
+      hoisted.insert(gather);
+      hoistedBytes += footprint(unit);
+      ++moved;
+      context_.diagnostics().remark(kPassName, "gather of unit '" + displayPath(unit->path) +
+                                                   "' hoisted out of a loop in " + where_ +
+                                                   " (static peak " + std::to_string(peak) + " bytes)");
+    }
+    return moved;
+  }
+
+  PassContext& context_;
+  const FsdpPlan& plan_;
+  torch::jit::Graph& graph_;
+  std::string where_;
+  int64_t budget_;
+};
+
+}  // namespace
+
+bool hoistLoopGathers(PassContext& context) {
+  const FsdpPlan* plan = context.plan();
+  if (!plan) return false;
+  int hoisted = 0;
+  auto rootType = context.module().type();
+  for (torch::jit::Function* function : rootType->methods()) {
+    auto graph = graphOf(function);
+    hoisted += LoopHoister(context, *plan, *graph, rootType->name()->qualifiedName() + "::" + function->name()).run();
+  }
+  context.statistics().add("gathers hoisted out of loops", hoisted);
+  return hoisted > 0;
+}
+
+}  // namespace fsdp_opt
