@@ -1,4 +1,5 @@
 #!/usr/bin/env python3
+# RUN: %python %s fsdp-run %runtime_lib
 """End-to-end test of the fsdp-run launcher, without any fsdp-opt pass.
 
     fsdp_run_launcher.py FSDP_RUN LIB [--worlds 1,2,3,4]

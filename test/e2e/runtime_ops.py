@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
+# lit: the main scenarios here; the failure scenarios in runtime_ops_failures.py.
+# RUN: %python %s %runtime_lib --scenarios=main
 """End-to-end test of libfsdp_runtime's ops, without any fsdp-opt pass.
 
-    runtime_ops.py LIB [--worlds 1,2,3,4] [--timeout S] [--quick]
+    runtime_ops.py LIB [--worlds 1,2,3,4] [--timeout S] [--scenarios main,death,stall]
 
 For each world size W it starts W processes. Each builds full tensors from a seed shared by
 all ranks, cuts its own shard by hand (SPEC section 2: uneven dim 0, dim 0 < W, mixed dtypes,
@@ -449,7 +451,9 @@ def main():
     ap.add_argument("lib", help="path of libfsdp_runtime.so")
     ap.add_argument("--worlds", default="1,2,3,4")
     ap.add_argument("--timeout", type=float, default=10.0, help="FSDP_OPT_TIMEOUT_S for the ranks")
-    ap.add_argument("--quick", action="store_true", help="skip the stalled-peer (timeout) scenario")
+    ap.add_argument("--scenarios", default="main,death,stall",
+                    help="main: the ops on healthy ranks; death: a rank dies; stall: a rank "
+                         "stops calling (takes the timeout)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
@@ -465,16 +469,22 @@ def main():
 
     worlds = [int(w) for w in args.worlds.split(",") if w]
     total_pass, total_fail = 0, []
+    scenarios = set(args.scenarios.split(","))
+    unknown = scenarios - {"main", "death", "stall"}
+    if unknown:
+        print("error: unknown scenarios %s" % ", ".join(sorted(unknown)), file=sys.stderr)
+        return 2
     plan = []
     for w in worlds:
-        plan.append((w, "main", lambda r: 0))
+        if "main" in scenarios:
+            plan.append((w, "main", lambda r: 0))
     for w in worlds:
-        if w >= 2:
+        if "death" in scenarios and w >= 2:
             victim = w - 1
             plan.append((w, "death%d" % victim, lambda r, v=victim: 17 if r == v else 0))
-        if w >= 3:
+        if "death" in scenarios and w >= 3:
             plan.append((w, "death0", lambda r: 17 if r == 0 else 0))
-    if not args.quick and 2 in worlds:
+    if "stall" in scenarios and 2 in worlds:
         plan.append((2, "stall", lambda r: 0))
     for w, scenario, expect_exit in plan:
         t0 = time.monotonic()
