@@ -28,6 +28,8 @@ void registerAllPasses() {
     registry.add({"hoist-loop-gathers",
                   "gather loop-invariant units once per loop, within --max-unsharded-bytes",
                   hoistLoopGathers});
+    registry.add({"bucket-gathers",
+                  "merge adjacent gathers into one collective up to --bucket-bytes", bucketGathers});
     registry.add({"reshard-on-raise", "fsdp::release_all before every raise", reshardOnRaise});
     registry.add({"verify-fsdp", "check gather/reshard pairing, DCE survival, no sharded reads",
                   verifyFsdp});
@@ -48,6 +50,8 @@ std::vector<std::string> defaultPipeline() {
       "inline-loop-calls",
       "eliminate-redundant-gathers",
       "hoist-loop-gathers",
+      // Last of the scheduling passes: hoisting is what makes gathers adjacent.
+      "bucket-gathers",
       // After every insertion, so the release covers all gathers a raise can skip.
       "reshard-on-raise",
       // Always last: the output must satisfy SPEC section 5.

@@ -24,7 +24,10 @@ struct PipelineOptions {
   // --max-unsharded-bytes: bound on the statically computed peak of unsharded parameter bytes
   // that scheduling passes may reach (hoisting, prefetch). Unset: no bound.
   std::optional<int64_t> maxUnshardedBytes;
-  int64_t bucketBytes = 0;  // --bucket-bytes: merge adjacent gathers below this size (0: off)
+  // --bucket-bytes: adjacent gathers merge into one collective up to this size (0: off). The
+  // default follows DDP's 25 MiB buckets: large enough to amortise a collective's fixed cost
+  // over small units, small enough never to merge two transformer layers of a real model.
+  int64_t bucketBytes = 25LL << 20;
 };
 
 // "512MiB", "1GiB", "64KB", "1000": bytes. Binary (KiB, MiB, GiB) and decimal (KB, MB, GB)

@@ -31,6 +31,9 @@ bool eliminateRedundantGathers(PassContext& context);
 // hoist-loop-gathers: moves loop-invariant gathers out of loops within --max-unsharded-bytes.
 bool hoistLoopGathers(PassContext& context);
 
+// bucket-gathers: merges adjacent gathers (and reshards) into one collective up to --bucket-bytes.
+bool bucketGathers(PassContext& context);
+
 // reshard-on-raise: fsdp::release_all before every prim::RaiseException.
 bool reshardOnRaise(PassContext& context);
 

@@ -5,6 +5,7 @@
 
 #include <fsdp_opt/pattern.h>
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -45,7 +46,7 @@ class Walker {
   struct Scope {
     std::map<torch::jit::Value*, std::string> modules;  // value -> instance path
     std::map<torch::jit::Value*, std::string> params;   // value -> parameter path
-    std::map<torch::jit::Value*, const Unit*> gathers;  // all_gather output -> unit
+    std::map<torch::jit::Value*, std::vector<const Unit*>> gathers;  // all_gather output -> units
   };
 
   static std::string key(const std::string& path, const std::string& method,
@@ -82,7 +83,11 @@ class Walker {
         visitGather(node, scope, unsharded, loopDepth);
       } else if (model_ == GatherModel::ExplicitOps && node->kind() == ops::reshard()) {
         auto gather = scope.gathers.find(node->input(0));
-        if (gather != scope.gathers.end() && unsharded[gather->second] > 0) --unsharded[gather->second];
+        if (gather != scope.gathers.end()) {
+          for (const Unit* unit : gather->second) {
+            if (unsharded[unit] > 0) --unsharded[unit];
+          }
+        }
       }
       int nestedDepth = loopDepth + (node->kind() == c10::prim::Loop ? 1 : 0);
       for (torch::jit::Block* nested : node->blocks()) {
@@ -126,21 +131,24 @@ class Walker {
     walkMethod(callee->second, method, inside, loopDepth);
   }
 
+  // A gather unshards every unit whose parameters are in its list (several for a bucket).
   void visitGather(torch::jit::Node* node, Scope& scope, Unsharded& unsharded, int loopDepth) {
-    const Unit* unit = nullptr;
+    std::vector<const Unit*> units;
     torch::jit::Node* list = node->input(0)->node();
     if (list->kind() == c10::prim::ListConstruct) {
       for (torch::jit::Value* element : list->inputs()) {
         auto param = scope.params.find(element);
-        if (param != scope.params.end()) unit = plan_.unitOfParam(param->second);
-        if (unit) break;
+        const Unit* unit = param == scope.params.end() ? nullptr : plan_.unitOfParam(param->second);
+        if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
       }
     }
-    if (!unit) return;
-    scope.gathers[node->output()] = unit;
-    bool issuesCollective = unsharded[unit] == 0;
-    ++unsharded[unit];
-    if (observer_.onGather) observer_.onGather({unit, issuesCollective, loopDepth, stack_});
+    scope.gathers[node->output()] = units;
+    bool issuesCollective = false;
+    for (const Unit* unit : units) {
+      issuesCollective = issuesCollective || unsharded[unit] == 0;
+      ++unsharded[unit];
+    }
+    if (!units.empty() && observer_.onGather) observer_.onGather({units, issuesCollective, loopDepth, stack_});
   }
 
   ModuleIndex index_;

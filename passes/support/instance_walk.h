@@ -38,8 +38,8 @@ struct ParamRead {
 };
 
 struct GatherVisit {
-  const Unit* unit;
-  bool issuesCollective;  // the unit was sharded before this gather
+  std::vector<const Unit*> units;  // one, or several for a bucket
+  bool issuesCollective;  // some unit was sharded before this gather
   int loopDepth;          // prim::Loop bodies around the gather, across the call chain
   const std::vector<Frame>& stack;
 };

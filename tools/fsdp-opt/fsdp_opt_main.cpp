@@ -38,6 +38,7 @@ struct Flags {
   bool remarks = false;
   bool stats = false;
   std::string maxUnshardedBytes;
+  std::string bucketBytes;
 };
 
 int fail(const std::string& message) {
@@ -85,7 +86,7 @@ void printStatistics(PassContext& context, const FsdpPlan& plan, int64_t worldSi
   for (torch::jit::Function* function : context.module().type()->methods()) {
     int collectives = 0, inLoops = 0;
     WalkObserver observer;
-    observer.onGather = [&](const GatherVisit& visit) {
+    observer.onGather = [&](const GatherVisit& visit) {  // one collective per gather op
       if (!visit.issuesCollective) return;
       ++collectives;
       if (visit.loopDepth > 0) ++inLoops;
@@ -141,6 +142,9 @@ int run(const Flags& flags) {
       return fail("--max-unsharded-bytes expects a size like 4096, 64KiB or 512MiB, got '" + flags.maxUnshardedBytes + "'");
     }
     options.maxUnshardedBytes = bytes;
+  }
+  if (!flags.bucketBytes.empty() && !parseByteSize(flags.bucketBytes, options.bucketBytes)) {
+    return fail("--bucket-bytes expects a size like 0, 64KiB or 25MiB, got '" + flags.bucketBytes + "'");
   }
   options.verifyEach = flags.verifyEach;
   options.printIrAfter.insert(flags.printIrAfter.begin(), flags.printIrAfter.end());
@@ -233,6 +237,8 @@ int main(int argc, char** argv) {
   app.add_flag("--stats", flags.stats, "print counts to stdout");
   app.add_option("--max-unsharded-bytes", flags.maxUnshardedBytes,
                  "bound on the static peak of unsharded bytes for scheduling passes (e.g. 512MiB; default: none)");
+  app.add_option("--bucket-bytes", flags.bucketBytes,
+                 "merge adjacent gathers into one collective up to this size (default 25MiB; 0 turns it off)");
   app.set_version_flag("--version", std::string("fsdp-opt ") + FSDP_OPT_VERSION + " (torch " + FSDP_OPT_TORCH_VERSION + ")");
   try {
     app.parse(argc, argv);
