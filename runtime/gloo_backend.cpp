@@ -16,6 +16,11 @@ namespace fsdp_opt {
 namespace runtime {
 namespace {
 
+std::string describe(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
 class GlooPending final : public PendingCollective {
  public:
   GlooPending(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> keepAlive,
@@ -43,17 +48,30 @@ class GlooBackend final : public CollectiveBackend {
               const GlooBackendOptions& options)
       : CollectiveBackend(options), rank_(rank), size_(size) {
     auto pgOptions = c10d::ProcessGroupGloo::Options::create(options.timeout);
-    if (!options.interfaces.empty()) {
-      for (const std::string& ifname : options.interfaces) {
-        pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    std::string where;
+    try {
+      if (!options.interfaces.empty()) {
+        for (const std::string& ifname : options.interfaces) {
+          where = "network interface '" + ifname + "' (GLOO_SOCKET_IFNAME)";
+          pgOptions->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+        }
+      } else {
+        where = "address '" + options.hostname + "'";
+        pgOptions->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
       }
-    } else {
-      pgOptions->devices.push_back(
-          c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "gloo cannot use ", where, ": ", describe(e));
     }
     pgOptions->threads = options.threads;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdp_opt/gloo/", store);
-    pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, pgOptions);
+    try {
+      pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, pgOptions);
+    } catch (const std::exception& e) {
+      TORCH_CHECK(false, "gloo rendezvous of rank ", rank, " of ", size, " failed within ",
+                  options.timeout.count() / 1000.0,
+                  " s; a peer may have died or not started: ", describe(e));
+    }
   }
 
   std::string name() const override { return "gloo"; }

@@ -202,12 +202,8 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
       try {
         st.cpuBackend = makeGlooBackend(st.store, st.info.rank, st.info.world, opts);
       } catch (const c10::Error& e) {
-        TORCH_CHECK(false, context, ": creating the gloo backend (rank ", st.info.rank, " of ",
-                    st.info.world, ") failed; a peer may have died or not started: ",
+        TORCH_CHECK(false, context, ": creating the gloo backend failed: ",
                     e.what_without_backtrace());
-      } catch (const std::exception& e) {
-        TORCH_CHECK(false, context, ": creating the gloo backend (rank ", st.info.rank, " of ",
-                    st.info.world, ") failed; a peer may have died or not started: ", e.what());
       }
     }
     return st.cpuBackend;

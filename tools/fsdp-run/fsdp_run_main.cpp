@@ -12,6 +12,7 @@
 // 2 bad usage or input; 3 a worker failed while running.
 #include <arpa/inet.h>
 #include <dirent.h>
+#include <fcntl.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -57,6 +58,7 @@ struct Options {
   double timeout = 0;
   std::string saveOutputs;
   bool stats = false;
+  bool verbose = false;
   int repeat = 1;
   // hidden, worker side
   int workerRank = -1;
@@ -85,6 +87,28 @@ std::string readText(const std::string& path) {
   std::string s = ss.str();
   while (!s.empty() && (s.back() == '\n' || s.back() == '\r')) s.pop_back();
   return s;
+}
+
+std::string stderrFile(const std::string& tmp, int r) {
+  return tmp + "/rank" + std::to_string(r) + ".stderr";
+}
+
+// The last non-empty line of a file ("" if none).
+std::string lastLine(const std::string& path) {
+  std::istringstream is(readText(path));
+  std::string line, last;
+  while (std::getline(is, line)) {
+    if (line.find_first_not_of(" \t\r") != std::string::npos) last = line;
+  }
+  return last;
+}
+
+// Copies a worker's captured stderr to ours, each line prefixed with "[rank R] ".
+void replayStderr(const std::string& tmp, int r) {
+  std::istringstream is(readText(stderrFile(tmp, r)));
+  for (std::string line; std::getline(is, line);) {
+    std::cerr << "[rank " << r << "] " << line << "\n";
+  }
 }
 
 std::string rankFile(const Options& o, int r) {
@@ -142,6 +166,13 @@ struct Worker {
 [[noreturn]] void execWorker(const std::string& self, const Options& o, int rank, int world,
                              int port, const std::string& tmp) {
   ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+  // A worker's stderr is captured (torch's own warnings and stack traces would drown the one
+  // `error:` line); the launcher replays it on success or with --verbose.
+  const int errFd = ::open(stderrFile(tmp, rank).c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (errFd >= 0) {
+    ::dup2(errFd, STDERR_FILENO);
+    ::close(errFd);
+  }
   ::setenv("RANK", std::to_string(rank).c_str(), 1);
   ::setenv("LOCAL_RANK", std::to_string(rank).c_str(), 1);
   ::setenv("WORLD_SIZE", std::to_string(world).c_str(), 1);
@@ -201,15 +232,18 @@ Failure failureOf(const Worker& w, const std::string& tmp) {
   Failure f;
   f.rank = w.rank;
   const std::string err = readText(fsdp_run::errorFile(tmp, w.rank));
+  const std::string lastErr = lastLine(stderrFile(tmp, w.rank));
+  const std::string tail = lastErr.empty() ? std::string() : "; its last stderr line: " + lastErr;
   if (w.termSignal != 0) {
     f.severity = 3;
     f.message = std::string("killed by signal ") + std::to_string(w.termSignal) + " (" +
-                strsignal(w.termSignal) + ")";
+                strsignal(w.termSignal) + ")" + tail;
     return f;
   }
   if (err.empty()) {
     f.severity = 3;
-    f.message = "exited with status " + std::to_string(w.exitCode) + " without reporting an error";
+    f.message = "exited with status " + std::to_string(w.exitCode) +
+                " without reporting an error" + tail;
     return f;
   }
   f.message = err;
@@ -292,6 +326,19 @@ int launcherMain(const Options& o, const std::string& self) {
     }
   }
 
+  // ---- timeout (validated before anything starts) ----
+  double timeoutS = o.timeout;
+  if (timeoutS <= 0) {
+    try {
+      timeoutS = fsdp_opt::runtime::defaultTimeout().count() / 1000.0;
+    } catch (const std::exception& e) {
+      std::string msg = e.what();
+      msg = msg.substr(0, msg.find('\n'));
+      std::cerr << "error: " << msg << "\n";
+      return kExitUsage;
+    }
+  }
+
   // ---- inputs and the reference run ----
   fsdp_run::Checker checker;
   if (!o.inputs.empty()) {
@@ -359,8 +406,6 @@ int launcherMain(const Options& o, const std::string& self) {
   }
 
   // ---- supervise ----
-  const double timeoutS = o.timeout > 0 ? o.timeout
-                                        : fsdp_opt::runtime::defaultTimeout().count() / 1000.0;
   // Once a worker has failed, the others normally fail fast on their own (a closed socket);
   // give them a moment so their errors can be read, then kill them, well within the timeout.
   const auto grace = std::chrono::milliseconds(
@@ -404,12 +449,16 @@ int launcherMain(const Options& o, const std::string& self) {
     if (worst.rank < 0 || f.severity > worst.severity) worst = f;
   }
   if (worst.rank >= 0) {
+    if (o.verbose) {
+      for (int r = 0; r < world; ++r) replayStderr(tmp, r);
+    }
     std::cerr << "error: rank " << worst.rank << ": " << worst.message << "\n";
     removeTree(tmp);
     return worst.category;
   }
 
   // ---- results ----
+  for (int r = 0; r < world; ++r) replayStderr(tmp, r);
   int exitCode = kExitOk;
   for (int r = 0; r < world; ++r) {
     const std::string out = fsdp_run::outputFile(tmp, r);
@@ -503,6 +552,9 @@ int main(int argc, char** argv) {
                  "write rank r's outputs to PREFIX.rank{r}.pt (and the original's to "
                  "PREFIX.original.pt with --check), loadable with torch.load(..., weights_only=False)");
   app.add_flag("--stats", o.stats, "print each rank's fsdp runtime counters");
+  app.add_flag("--verbose", o.verbose,
+               "also show the ranks' stderr when a rank fails (it is always shown, prefixed "
+               "with [rank R], when all succeed)");
   app.add_option("--repeat", o.repeat,
                  "run the method N times per rank; every run must give the same outputs")
       ->check(CLI::Range(1, 1000000));
