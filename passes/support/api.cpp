@@ -1,0 +1,82 @@
+#include <fsdp_opt/analysis.h>
+#include <fsdp_opt/fsdp_opt.h>
+#include <fsdp_opt/output.h>
+
+#include "fsdp_ops.h"
+#include "module_tree.h"
+
+#include <sstream>
+
+namespace fsdp_opt {
+namespace {
+
+// The plan of a transformed module, recomputed from its markers-free state: units and groups
+// are found the same way as during the transform, so paths and tensors line up.
+FsdpPlan planOf(const TransformResult& result, const PipelineOptions& options) {
+  DiagnosticSink sink;
+  FsdpPlan plan;
+  if (!findUnits(result.module, options, sink, plan) || !collectParameterGroups(result.module, sink, plan)) {
+    std::string message = "cannot rebuild the FSDP plan of the transformed module";
+    for (const auto& d : sink.all()) {
+      if (d.severity == Severity::Error) message += ": " + d.message;
+    }
+    throw std::runtime_error(message);
+  }
+  return plan;
+}
+
+}  // namespace
+
+TransformResult transform(const torch::jit::Module& module, const PipelineOptions& options,
+                          std::vector<std::string> pipeline) {
+  registerAllPasses();
+  if (pipeline.empty()) pipeline = defaultPipeline();
+  TransformResult result;
+  DiagnosticSink diagnostics;
+  PassContext context(module.clone(/*inplace=*/true), options, diagnostics);
+  try {
+    result.ok = runPipeline(context, pipeline) && !diagnostics.hasErrors();
+  } catch (const std::exception& e) {
+    diagnostics.error("pipeline", std::string("internal error: ") + e.what());
+    result.ok = false;
+  }
+  result.module = context.module();
+  result.diagnostics = diagnostics.all();
+  result.statistics = context.statistics().entries();
+  return result;
+}
+
+void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
+                 const std::string& inputDescription) {
+  if (!result.ok) throw std::runtime_error("the transform failed; nothing to write");
+  FsdpPlan plan = planOf(result, options);
+  std::ostringstream serialized;
+  result.module.save(serialized);
+  ManifestInput input{inputDescription, sha256Hex(serialized.str()), options.worldSize};
+  std::string manifest = buildManifest(result.module, plan, input);
+  if (options.worldSize == 1) {
+    writeSingleFile(result.module, sha256Hex(manifest), output);
+  } else {
+    writeShardedDirectory(result.module, plan, options.worldSize, manifest, output);
+  }
+}
+
+void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank) {
+  if (!result.ok) throw std::runtime_error("the transform failed; nothing to shard");
+  if (rank < 0 || rank >= options.worldSize) {
+    throw std::runtime_error("rank " + std::to_string(rank) + " is outside world size " +
+                             std::to_string(options.worldSize));
+  }
+  FsdpPlan plan = planOf(result, options);
+  ModuleIndex index(result.module);
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) {
+      at::Tensor shard = makeShard(param.tensor, rank, options.worldSize);
+      for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, shard);
+    }
+  }
+  result.module.setattr(kRankAttr, rank);
+  result.module.setattr(kWorldSizeAttr, options.worldSize);
+}
+
+}  // namespace fsdp_opt
