@@ -34,6 +34,7 @@ root = os.path.dirname(torch.__file__)
 print(torch.utils.cmake_prefix_path)
 print(root)
 print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(root), "nvidia", "*", "lib")))))')
+    [ "${#torch_paths[@]}" -eq 3 ] || { echo "build.sh: error: $python cannot import torch; run scripts/install-deps.sh" >&2; exit 1; }
     # torch's TorchConfig.cmake finds libtorch.so with find_library(... PATHS <torch>/lib),
     # which searches the system directories first: with Debian's libtorch-dev installed it
     # would pick /usr/lib/x86_64-linux-gnu/libtorch.so (1.13). Putting the torch package
