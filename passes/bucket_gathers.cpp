@@ -30,7 +30,8 @@ constexpr const char* kPassName = "bucket-gathers";
 
 bool isOperandRead(torch::jit::Node* node) {
   auto kind = node->kind();
-  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant;
+  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
+         kind == c10::prim::unchecked_cast;
 }
 
 // The next fsdp op after `node` in its block, if only operand reads stand between them.
@@ -69,6 +70,8 @@ class Bucketer {
         torch::jit::Node* firstReshard = reshardOf(first);
         torch::jit::Node* secondReshard = reshardOf(second);
         if (!firstReshard || !secondReshard || !adjacentEitherWay(firstReshard, secondReshard)) continue;
+        if (first->inputs().size() != second->inputs().size()) continue;  // different param dtypes
+        if (first->inputs().size() > 3 && torch::jit::toIValue(first->input(3)) != torch::jit::toIValue(second->input(3))) continue;
         int64_t bytes = bytesOf(first) + bytesOf(second);
         if (bytes <= 0 || bytes > context_.options().bucketBytes) continue;
         merge(first, second, firstReshard, secondReshard, bytes);
@@ -111,7 +114,9 @@ class Bucketer {
       auto* separator = graph_.insertConstant(c10::IValue(std::string(", ")));
       auto* names = graph_.insertNode(graph_.createList(c10::StringType::get(), {first->input(2), second->input(2)}))->output();
       auto* unitNames = graph_.insert(c10::Symbol::fromQualString("aten::join"), {separator, names});
-      merged = graph_.insertNode(graph_.create(ops::allGather(), {list, rowsValue, unitNames}, 1));
+      std::vector<torch::jit::Value*> operands{list, rowsValue, unitNames};
+      if (first->inputs().size() > 3) operands.push_back(first->input(3));
+      merged = graph_.insertNode(graph_.create(ops::allGather(), operands, 1));
       merged->output()->setType(c10::ListType::ofTensors());
     }
     {

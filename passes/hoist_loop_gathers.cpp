@@ -96,7 +96,8 @@ class LoopHoister {
       torch::jit::Node* producer = value->node();
       if (!isInside(producer, loop)) continue;
       auto kind = producer->kind();
-      if (kind != c10::prim::GetAttr && kind != c10::prim::ListConstruct && kind != c10::prim::Constant) {
+      if (kind != c10::prim::GetAttr && kind != c10::prim::ListConstruct && kind != c10::prim::Constant &&
+          kind != c10::prim::unchecked_cast) {
         return false;
       }
       if (producer->owningBlock() != loop->blocks()[0]) return false;

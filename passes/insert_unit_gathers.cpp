@@ -104,7 +104,7 @@ bool insertUnitGathers(PassContext& context) {
         torch::jit::Node* gather;
         {
           torch::jit::WithInsertPoint before(call);
-          gather = insertUnitGather(*graph, call->input(0), unit);
+          gather = insertUnitGather(*graph, call->input(0), unit, context.options().paramDtype);
         }
         {
           torch::jit::WithInsertPoint after(call->next());

@@ -61,7 +61,7 @@ bool wrapEntryMethods(PassContext& context) {
       auto* check = graph->insertNode(graph->create(ops::checkRank(), {rank, world, sha}, 0));
       if (rootUnit && rootUnit->hasForwardMethod(function->name())) {
         torch::jit::WithInsertPoint afterCheck(check->next());
-        torch::jit::Node* gather = insertUnitGather(*graph, self, *rootUnit);
+        torch::jit::Node* gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
         torch::jit::WithInsertPoint atEnd(body->return_node());
         insertUnitReshard(*graph, gather);
         context.diagnostics().remark(kPassName, "entry method " + function->name() +

@@ -1,6 +1,8 @@
 // Options of the fsdp-opt pipeline, shared by the CLI, the C++ API and the Python bindings.
 #pragma once
 
+#include <c10/core/ScalarType.h>
+
 #include <cstdint>
 #include <optional>
 #include <set>
@@ -28,7 +30,12 @@ struct PipelineOptions {
   // default follows DDP's 25 MiB buckets: large enough to amortise a collective's fixed cost
   // over small units, small enough never to merge two transformer layers of a real model.
   int64_t bucketBytes = 25LL << 20;
+  // --param-dtype: gather (and compute with) unit parameters in this dtype; shards keep theirs.
+  std::optional<c10::ScalarType> paramDtype;
 };
+
+// "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32": the dtype; false otherwise.
+bool parseParamDtype(const std::string& text, c10::ScalarType& dtype);
 
 // "512MiB", "1GiB", "64KB", "1000": bytes. Binary (KiB, MiB, GiB) and decimal (KB, MB, GB)
 // suffixes; returns false on anything else.

@@ -14,14 +14,17 @@ namespace runtime {
 
 /// Counters of the runtime (process-wide). See docs/runtime.md for exact definitions.
 struct Stats {
-  int64_t all_gathers = 0;           // unit unshards (one coalesced collective each)
-  int64_t gather_calls = 0;          // fsdp::all_gather invocations (nested ones included)
-  int64_t bytes_gathered = 0;        // bytes of full parameters produced by all_gathers
+  int64_t all_gathers = 0;           // unit unshards issued (one coalesced collective each)
+  int64_t gather_calls = 0;          // fsdp::all_gather + all_gather_start invocations
+  int64_t bytes_gathered = 0;        // bytes of full parameters gathered (in their gathered dtype)
   int64_t unsharded_bytes = 0;       // bytes of parameters unsharded right now
   int64_t peak_unsharded_bytes = 0;  // max of unsharded_bytes since the last reset
   int64_t reshards = 0;              // unit reshards that released full storage
   int64_t reshard_calls = 0;         // fsdp::reshard invocations
   int64_t release_all_calls = 0;     // fsdp::release_all invocations
+  int64_t wait_calls = 0;            // fsdp::all_gather_wait invocations
+  int64_t in_flight = 0;             // gathers started by all_gather_start, not waited yet
+  int64_t in_flight_peak = 0;        // max of in_flight since the last reset
 
   /// (name, value) pairs in a fixed order; the names are the keys of fsdp::stats().
   std::vector<std::pair<std::string, int64_t>> items() const;
@@ -29,8 +32,8 @@ struct Stats {
 
 /// A snapshot of the counters.
 Stats stats();
-/// Zeroes the counters; unsharded_bytes keeps its current value (it is state, not a count)
-/// and peak_unsharded_bytes restarts from it.
+/// Zeroes the counters; unsharded_bytes and in_flight keep their current values (they are
+/// state, not counts) and their peaks restart from them.
 void resetStats();
 
 /// Explicitly initialises the process group (instead of torchrun's environment variables).
@@ -48,7 +51,8 @@ bool isProcessGroupInitialized();
 int rank();
 int worldSize();
 
-/// Reshards every gathered parameter and resets every count (what fsdp::release_all does).
+/// Waits for and drops every gather started by all_gather_start and not waited yet, then
+/// reshards every gathered parameter and resets every count (what fsdp::release_all does).
 void releaseAll();
 
 /// Timeout of collectives and rendezvous: FSDP_OPT_TIMEOUT_S seconds (default 300).
@@ -56,6 +60,9 @@ std::chrono::milliseconds defaultTimeout();
 
 /// Version string of the runtime library (the project version).
 const char* version();
+
+/// True when this build has the CUDA/NCCL backend (built with FSDP_OPT_ENABLE_CUDA).
+bool hasCudaBackend();
 
 }  // namespace runtime
 }  // namespace fsdp_opt

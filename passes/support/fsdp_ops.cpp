@@ -2,6 +2,8 @@
 
 #include "module_tree.h"
 
+#include <fsdp_opt/pattern.h>
+
 
 namespace fsdp_opt {
 
@@ -22,27 +24,35 @@ void addUnitPathAttributes(torch::jit::Module& root, const FsdpPlan& plan) {
     if (!module) continue;
     // Instances share types: the attribute may already be on the type but not in this object.
     if (module->type()->hasAttribute(kUnitPathAttr)) {
-      module->_ivalue()->setAttr(kUnitPathAttr, unit.path);
+      module->_ivalue()->setAttr(kUnitPathAttr, displayPath(unit.path));
     } else {
-      module->register_attribute(kUnitPathAttr, c10::StringType::get(), unit.path);
+      module->register_attribute(kUnitPathAttr, c10::StringType::get(), displayPath(unit.path));
     }
   }
 }
 
 torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule,
-                                   const Unit& unit) {
+                                   const Unit& unit, std::optional<c10::ScalarType> paramDtype) {
   std::vector<torch::jit::Value*> params;
   std::vector<int64_t> fullRows;
   for (const auto& param : unit.params) {
     for (const auto& slot : param.slots) {
-      params.push_back(insertGetAttrChain(graph, unitModule, relativePath(slot.path(), unit.path)));
+      torch::jit::Value* read = insertGetAttrChain(graph, unitModule, relativePath(slot.path(), unit.path));
+      // Optional parameters (a Conv2d's bias) read as Optional[Tensor]; the plan only lists
+      // slots that hold a tensor, so the cast cannot fail.
+      if (!read->type()->isSubtypeOf(*c10::TensorType::get())) {
+        read = graph.insertUncheckedCast(read, c10::TensorType::get());
+      }
+      params.push_back(read);
       fullRows.push_back(param.rows());
     }
   }
   auto* list = graph.insertNode(graph.createList(c10::TensorType::get(), params))->output();
   auto* unitPath = graph.insertGetAttr(unitModule, kUnitPathAttr);
   auto* rows = graph.insertConstant(c10::IValue(fullRows));
-  auto* gather = graph.insertNode(graph.create(ops::allGather(), {list, rows, unitPath}, 1));
+  std::vector<torch::jit::Value*> operands{list, rows, unitPath};
+  if (paramDtype) operands.push_back(graph.insertConstant(c10::IValue(static_cast<int64_t>(*paramDtype))));
+  auto* gather = graph.insertNode(graph.create(ops::allGather(), operands, 1));
   gather->output()->setType(c10::ListType::ofTensors());
   return gather;
 }

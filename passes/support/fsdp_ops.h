@@ -30,8 +30,10 @@ void addUnitPathAttributes(torch::jit::Module& root, const FsdpPlan& plan);
 
 // At the graph's insertion point: reads the unit's group through prim::GetAttr chains from
 // `unitModule`, and gathers it with one fsdp::all_gather. Returns the gather node.
+// With `paramDtype`, the gather's optional fourth operand asks for full parameters in that dtype.
 torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule,
-                                   const Unit& unit);
+                                   const Unit& unit,
+                                   std::optional<c10::ScalarType> paramDtype = std::nullopt);
 // At the graph's insertion point: the reshard matching `gather`.
 torch::jit::Node* insertUnitReshard(torch::jit::Graph& graph, torch::jit::Node* gather);
 

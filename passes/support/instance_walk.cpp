@@ -18,6 +18,10 @@ using Unsharded = std::map<const Unit*, int>;  // unit -> gather depth
 // gather or reshard, which handle the shard themselves.
 bool onlyFeedsFsdpOps(torch::jit::Value* value) {
   for (const torch::jit::Use& use : value->uses()) {
+    if (use.user->kind() == c10::prim::unchecked_cast) {  // an Optional[Tensor] parameter
+      if (!onlyFeedsFsdpOps(use.user->output())) return false;
+      continue;
+    }
     if (use.user->kind() != c10::prim::ListConstruct) return false;
     for (const torch::jit::Use& listUse : use.user->output()->uses()) {
       if (!ops::isFsdpOp(listUse.user)) return false;
@@ -137,6 +141,7 @@ class Walker {
     torch::jit::Node* list = node->input(0)->node();
     if (list->kind() == c10::prim::ListConstruct) {
       for (torch::jit::Value* element : list->inputs()) {
+        if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);
         auto param = scope.params.find(element);
         const Unit* unit = param == scope.params.end() ? nullptr : plan_.unitOfParam(param->second);
         if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);

@@ -62,6 +62,21 @@ bool parseForwardMethodSpec(const std::string& text, ForwardMethodSpec& out) {
   return true;
 }
 
+bool parseParamDtype(const std::string& text, c10::ScalarType& dtype) {
+  static const std::pair<const char*, c10::ScalarType> kNames[] = {
+      {"bf16", c10::ScalarType::BFloat16}, {"bfloat16", c10::ScalarType::BFloat16},
+      {"fp16", c10::ScalarType::Half},     {"float16", c10::ScalarType::Half},
+      {"half", c10::ScalarType::Half},     {"fp32", c10::ScalarType::Float},
+      {"float32", c10::ScalarType::Float}};
+  for (const auto& [name, type] : kNames) {
+    if (text == name) {
+      dtype = type;
+      return true;
+    }
+  }
+  return false;
+}
+
 bool parseByteSize(const std::string& text, int64_t& bytes) {
   size_t digits = 0;
   while (digits < text.size() && std::isdigit(static_cast<unsigned char>(text[digits]))) ++digits;

@@ -10,7 +10,8 @@ namespace {
 
 PipelineOptions optionsFrom(const std::vector<std::string>& units,
                             const std::vector<std::string>& forwardMethods, int64_t worldSize,
-                            int64_t maxUnshardedBytes, int64_t bucketBytes) {
+                            int64_t maxUnshardedBytes, int64_t bucketBytes,
+                            const std::string& paramDtype) {
   PipelineOptions options;
   options.unitPatterns = units;
   for (const auto& text : forwardMethods) {
@@ -22,6 +23,11 @@ PipelineOptions optionsFrom(const std::vector<std::string>& units,
   options.worldSize = worldSize;
   if (maxUnshardedBytes >= 0) options.maxUnshardedBytes = maxUnshardedBytes;
   if (bucketBytes >= 0) options.bucketBytes = bucketBytes;
+  if (!paramDtype.empty()) {
+    c10::ScalarType dtype;
+    TORCH_CHECK(parseParamDtype(paramDtype, dtype), "param_dtype must be bf16 or fp16, got '", paramDtype, "'");
+    options.paramDtype = dtype;
+  }
   return options;
 }
 
@@ -46,8 +52,9 @@ std::vector<std::string> checkedDiagnostics(const TransformResult& result) {
 std::tuple<c10::IValue, std::vector<std::string>> transformOp(
     c10::IValue module, std::vector<std::string> units, std::vector<std::string> forwardMethods,
     int64_t worldSize, int64_t rank, std::vector<std::string> passes, int64_t maxUnshardedBytes,
-    int64_t bucketBytes) {
-  PipelineOptions options = optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes);
+    int64_t bucketBytes, std::string paramDtype) {
+  PipelineOptions options =
+      optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes, paramDtype);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   if (rank >= 0) shardForRank(result, options, rank);
@@ -57,8 +64,10 @@ std::tuple<c10::IValue, std::vector<std::string>> transformOp(
 std::vector<std::string> saveOp(c10::IValue module, std::vector<std::string> units,
                                 std::vector<std::string> forwardMethods, int64_t worldSize,
                                 std::string output, std::vector<std::string> passes,
-                                int64_t maxUnshardedBytes, int64_t bucketBytes) {
-  PipelineOptions options = optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes);
+                                int64_t maxUnshardedBytes, int64_t bucketBytes,
+                                std::string paramDtype) {
+  PipelineOptions options =
+      optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes, paramDtype);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   writeOutput(result, options, output);
@@ -76,10 +85,10 @@ std::vector<std::string> listPassesOp() {
 
 TORCH_LIBRARY(fsdp_opt, m) {
   m.def("transform(Any module, str[] units, str[] forward_methods, int world_size, int rank, "
-        "str[] passes, int max_unsharded_bytes, int bucket_bytes) -> (Any, str[])",
+        "str[] passes, int max_unsharded_bytes, int bucket_bytes, str param_dtype=\"\") -> (Any, str[])",
         transformOp);
   m.def("save(Any module, str[] units, str[] forward_methods, int world_size, str output, "
-        "str[] passes, int max_unsharded_bytes, int bucket_bytes) -> str[]",
+        "str[] passes, int max_unsharded_bytes, int bucket_bytes, str param_dtype=\"\") -> str[]",
         saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
 }

@@ -39,6 +39,7 @@ struct Flags {
   bool stats = false;
   std::string maxUnshardedBytes;
   std::string bucketBytes;
+  std::string paramDtype;
 };
 
 int fail(const std::string& message) {
@@ -143,6 +144,13 @@ int run(const Flags& flags) {
     }
     options.maxUnshardedBytes = bytes;
   }
+  if (!flags.paramDtype.empty()) {
+    c10::ScalarType dtype;
+    if (!parseParamDtype(flags.paramDtype, dtype)) {
+      return fail("--param-dtype expects bf16 or fp16, got '" + flags.paramDtype + "'");
+    }
+    options.paramDtype = dtype;
+  }
   if (!flags.bucketBytes.empty() && !parseByteSize(flags.bucketBytes, options.bucketBytes)) {
     return fail("--bucket-bytes expects a size like 0, 64KiB or 25MiB, got '" + flags.bucketBytes + "'");
   }
@@ -237,6 +245,8 @@ int main(int argc, char** argv) {
   app.add_flag("--stats", flags.stats, "print counts to stdout");
   app.add_option("--max-unsharded-bytes", flags.maxUnshardedBytes,
                  "bound on the static peak of unsharded bytes for scheduling passes (e.g. 512MiB; default: none)");
+  app.add_option("--param-dtype", flags.paramDtype,
+                 "gather unit parameters in this dtype (bf16 or fp16); shards keep their own");
   app.add_option("--bucket-bytes", flags.bucketBytes,
                  "merge adjacent gathers into one collective up to this size (default 25MiB; 0 turns it off)");
   app.set_version_flag("--version", std::string("fsdp-opt ") + FSDP_OPT_VERSION + " (torch " + FSDP_OPT_TORCH_VERSION + ")");
