@@ -5,6 +5,17 @@
 // the saved shard storage back. The registry is keyed by TensorImpl, so every alias of a
 // parameter (tied weights are one TensorImpl in a loaded module) and every nested gather of the
 // same unit finds the same entry.
+//
+// One gather goes through three steps, shared by the synchronous op and the split
+// all_gather_start / all_gather_wait form:
+//   classify  every listed parameter: already gathered (its count will rise), an alias of a
+//             gathered shard (attached), or fresh; all checks happen here, before anything moves;
+//   issue     the fresh groups' unshard on their device's path (unshard.h): buffers allocated,
+//             collective started; the parameters are marked in flight;
+//   commit    wait for it, swap the fresh groups in and register them (count 0); then the
+//             classification runs again and raises every group's count by one.
+// all_gather does all three at once; all_gather_start does classify + issue; all_gather_wait
+// does commit.
 #include "gather.h"
 
 #include <algorithm>
@@ -19,10 +30,10 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
-#include "collective_backend.h"
 #include "fsdp_opt/runtime.h"
 #include "process_group.h"
 #include "shard_layout.h"
+#include "unshard.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -41,11 +52,31 @@ struct Group {
   std::vector<at::Tensor> shards;  // shards[i]: detached alias of params[i]'s shard
   ShardKey key{nullptr, 0};
   int64_t fullRows = 0;
-  int64_t fullBytes = 0;
+  int64_t fullBytes = 0;  // in the gathered dtype
+  at::ScalarType dtype = at::kFloat;  // the gathered dtype (the shard's own unless cast)
   int64_t refcount = 0;
-  bool swapped = false;  // false at world size 1: the shard is the full tensor
+  bool swapped = false;  // false at world size 1 without a cast: the shard is the full tensor
   std::string unit;
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
+};
+
+// One issued unshard whose groups are not swapped in yet.
+struct InFlight {
+  uint64_t gatherId = 0;
+  std::vector<std::shared_ptr<Group>> groups;
+  std::unique_ptr<PendingUnshard> pending;
+  int64_t bytes = 0;
+  int rank = 0;
+  int world = 1;
+};
+
+// What all_gather_start returned a handle for.
+struct Handle {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> fullRows;
+  std::string unit;
+  std::optional<at::ScalarType> paramDtype;
+  std::unique_ptr<InFlight> inflight;  // null when every parameter was gathered already
 };
 
 struct Registry {
@@ -53,6 +84,11 @@ struct Registry {
   std::map<ShardKey, std::shared_ptr<Group>> byShard;
   Stats stats;
   uint64_t nextGatherId = 1;
+  std::map<int64_t, Handle> handles;
+  int64_t nextHandle = 1;
+  // Parameters of started, not yet waited unshards -> their handle.
+  std::unordered_map<const c10::TensorImpl*, int64_t> inFlightByImpl;
+  std::map<ShardKey, int64_t> inFlightByShard;
 };
 
 std::mutex& registryMutex() {
@@ -75,20 +111,41 @@ bool sameMetadata(const at::Tensor& a, const at::Tensor& b) {
          a.sizes() == b.sizes() && a.strides() == b.strides();
 }
 
-int64_t rowBytesOf(const at::Tensor& t) {
-  int64_t n = static_cast<int64_t>(t.element_size());
+int64_t rowBytesOf(const at::Tensor& t, at::ScalarType dtype) {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
   return n;
 }
 
-// Points every parameter of `g` at `source`'s storage/offset/sizes/strides. All-or-nothing.
-void swapTo(Group& g, const std::vector<at::Tensor>& sources) {
+// param_dtype applies to floating-point parameters only (FSDP2's MixedPrecisionPolicy casts
+// floating-point parameters); integer and bool parameters keep their dtype.
+at::ScalarType gatheredDtype(at::ScalarType shardDtype, std::optional<at::ScalarType> paramDtype) {
+  return paramDtype && at::isFloatingType(shardDtype) ? *paramDtype : shardDtype;
+}
+
+// Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes and strides, and
+// dtype. Tensor::set_ refuses to change the dtype, which mixed precision needs, so a dtype change
+// goes through the TensorImpl directly (the same fields set_ writes, plus the dtype).
+void pointAt(const at::Tensor& dst, const at::Tensor& src) {
+  if (dst.scalar_type() == src.scalar_type()) {
+    dst.set_(src);
+    return;
+  }
+  c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
+  impl->set_storage_and_dtype(src.storage(), src.dtype());
+  impl->set_sizes_and_strides(src.sizes(), src.strides());
+  impl->set_storage_offset(src.storage_offset());
+  if (!impl->is_inference()) impl->bump_version();
+}
+
+// Points every parameter of `g` at `full`. All-or-nothing.
+void swapTo(Group& g, const at::Tensor& full) {
   at::NoGradGuard noGrad;
   size_t done = 0;
   try {
-    for (; done < g.params.size(); ++done) g.params[done].set_(sources[done]);
+    for (; done < g.params.size(); ++done) pointAt(g.params[done], full);
   } catch (...) {
-    for (size_t i = 0; i < done; ++i) g.params[i].set_(g.shards[i]);
+    for (size_t i = 0; i < done; ++i) pointAt(g.params[i], g.shards[i]);
     throw;
   }
 }
@@ -96,7 +153,7 @@ void swapTo(Group& g, const std::vector<at::Tensor>& sources) {
 void swapBackToShards(Group& g) {
   if (!g.swapped) return;
   at::NoGradGuard noGrad;
-  for (size_t i = 0; i < g.params.size(); ++i) g.params[i].set_(g.shards[i]);
+  for (size_t i = 0; i < g.params.size(); ++i) pointAt(g.params[i], g.shards[i]);
   g.swapped = false;
 }
 
@@ -105,7 +162,7 @@ void attachAlias(Group& g, const at::Tensor& alias) {
   at::Tensor shard = alias.detach();
   if (g.swapped) {
     at::NoGradGuard noGrad;
-    alias.set_(g.params.front());
+    pointAt(alias, g.params.front());
   }
   g.params.push_back(alias);
   g.shards.push_back(std::move(shard));
@@ -126,34 +183,53 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<Group>>& gro
   reg.stats.reshards += static_cast<int64_t>(events.size());
 }
 
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
+void notePeak(Stats& s) {
+  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
 }
 
-}  // namespace
+// ---- classify -------------------------------------------------------------------------------
 
-std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
-                                  const std::vector<int64_t>& fullRows, const std::string& unit) {
-  std::lock_guard<std::mutex> lock(registryMutex());
-  Registry& reg = registry();
-  reg.stats.gather_calls += 1;
-  const std::string ctx = ctxOf("all_gather", unit);
+struct Classified {
+  std::vector<std::shared_ptr<Group>> known;  // gathered already (deduplicated)
+  std::vector<std::pair<std::shared_ptr<Group>, at::Tensor>> aliases;  // to attach
+  std::vector<std::shared_ptr<Group>> fresh;  // new groups, in first-seen order
+};
+
+Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
+                    const std::vector<int64_t>& fullRows,
+                    std::optional<at::ScalarType> paramDtype, const std::string& ctx,
+                    const std::string& unit, const GroupInfo& group) {
   TORCH_CHECK(params.size() == fullRows.size(), ctx, ": got ", params.size(),
               " parameters but ", fullRows.size(), " full row counts");
-
-  const GroupInfo group = ensureGroup();
-  const int64_t world = group.world;
-
-  // Classify every entry: already gathered (bump), alias of a gathered shard (attach), or new.
-  std::vector<std::shared_ptr<Group>> bumped;                // deduplicated
-  std::vector<std::pair<std::shared_ptr<Group>, at::Tensor>> aliasesToAttach;
-  std::vector<std::shared_ptr<Group>> fresh;                 // new groups, in first-seen order
+  TORCH_CHECK(!paramDtype || at::isFloatingType(*paramDtype), ctx,
+              ": param_dtype must be a floating-point dtype, got ", *paramDtype);
+  Classified out;
   std::map<ShardKey, std::shared_ptr<Group>> freshByKey;
   std::unordered_set<const c10::TensorImpl*> seenImpls;
-  std::unordered_set<const Group*> bumpedSet;
-  auto bump = [&](const std::shared_ptr<Group>& g) {
-    if (bumpedSet.insert(g.get()).second) bumped.push_back(g);
+  std::unordered_set<const Group*> knownSet;
+  auto addKnown = [&](const std::shared_ptr<Group>& g) {
+    if (knownSet.insert(g.get()).second) out.known.push_back(g);
+  };
+  auto checkDtype = [&](size_t i, const Group& g) {
+    const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
+    TORCH_CHECK(g.dtype == want, ctx, ": parameter ", i, " is already gathered (by unit '",
+                g.unit, "') as ", g.dtype, ", but this call asks for ", want,
+                "; a nested gather of a unit must use the param_dtype of the gather that "
+                "unsharded it");
+  };
+  auto checkNotInFlight = [&](size_t i, const at::Tensor& p) {
+    int64_t handle = 0;
+    auto byImpl = reg.inFlightByImpl.find(p.unsafeGetTensorImpl());
+    if (byImpl != reg.inFlightByImpl.end()) {
+      handle = byImpl->second;
+    } else {
+      auto byKey = reg.inFlightByShard.find(shardKeyOf(p));
+      if (byKey == reg.inFlightByShard.end()) return;
+      handle = byKey->second;
+    }
+    TORCH_CHECK(false, ctx, ": parameter ", i, " is being gathered by fsdp::all_gather_start ",
+                "(handle ", handle, ", unit '", reg.handles.at(handle).unit,
+                "'), not waited yet; call fsdp::all_gather_wait on that handle first");
   };
 
   for (size_t i = 0; i < params.size(); ++i) {
@@ -171,9 +247,11 @@ std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
       TORCH_CHECK(known->second->fullRows == fullRows[i], ctx, ": parameter ", i,
                   " is already gathered (by unit '", known->second->unit, "') with ",
                   known->second->fullRows, " rows, but this call says ", fullRows[i]);
-      bump(known->second);
+      checkDtype(i, *known->second);
+      addKnown(known->second);
       continue;
     }
+    checkNotInFlight(i, p);
     const ShardKey key = shardKeyOf(p);
     auto gathered = reg.byShard.find(key);
     if (gathered != reg.byShard.end()) {
@@ -181,8 +259,9 @@ std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
       TORCH_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.shards.front()), ctx,
                   ": parameter ", i, " aliases the storage of a gathered parameter of unit '",
                   g.unit, "' but has a different shape, dtype or row count");
-      aliasesToAttach.emplace_back(gathered->second, p);
-      bump(gathered->second);
+      checkDtype(i, g);
+      out.aliases.emplace_back(gathered->second, p);
+      addKnown(gathered->second);
       continue;
     }
     auto pending = freshByKey.find(key);
@@ -195,7 +274,7 @@ std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
       g.params.push_back(p);
       continue;
     }
-    const std::string bad = layout::checkShardRows(p.size(0), fullRows[i], world);
+    const std::string bad = layout::checkShardRows(p.size(0), fullRows[i], group.world);
     TORCH_CHECK(bad.empty(), ctx, ": parameter ", i, " (shape ", p.sizes(), ") on rank ",
                 group.rank, ": ", bad);
     auto g = std::make_shared<Group>();
@@ -203,96 +282,194 @@ std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
     g->key = key;
     g->fullRows = fullRows[i];
     g->unit = unit;
-    g->fullBytes = fullRows[i] * rowBytesOf(p);
+    g->dtype = gatheredDtype(p.scalar_type(), paramDtype);
+    g->fullBytes = fullRows[i] * rowBytesOf(p, g->dtype);
     freshByKey.emplace(key, g);
-    fresh.push_back(std::move(g));
+    out.fresh.push_back(std::move(g));
   }
+  return out;
+}
 
-  if (!fresh.empty()) {
-    const c10::Device device = fresh.front()->params.front().device();
-    for (size_t gi = 1; gi < fresh.size(); ++gi) {
-      TORCH_CHECK(fresh[gi]->params.front().device() == device, ctx,
-                  ": parameters of one unit live on different devices (", device, " and ",
-                  fresh[gi]->params.front().device(), ")");
-    }
-    std::vector<at::Tensor> fulls;  // one per fresh group (world > 1)
-    if (world > 1) {
-      std::shared_ptr<CollectiveBackend> backend = backendFor(device, ctx);
-      std::vector<layout::ParamSpec> specs;
-      std::vector<at::Tensor> shardsContig;
-      specs.reserve(fresh.size());
-      for (const auto& g : fresh) {
-        const at::Tensor& p = g->params.front();
-        specs.push_back(layout::ParamSpec{g->fullRows, rowBytesOf(p)});
-        shardsContig.push_back(p.detach().contiguous());
-      }
-      const layout::PackLayout pack(std::move(specs), world);
-      const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(device);
-      at::Tensor send = at::empty({pack.packedBytes()}, byteOpts);
-      at::Tensor recv = at::empty({pack.gatheredBytes()}, byteOpts);
-      TORCH_CHECK(device.is_cpu(), ctx, ": packing is implemented for CPU tensors only");
-      std::vector<const void*> src;
-      for (const at::Tensor& s : shardsContig) src.push_back(s.data_ptr());
-      layout::packCpu(pack, src, send.data_ptr());
-      if (pack.packedBytes() > 0) {
-        try {
-          backend->allGatherBytes(send, recv);
-        } catch (const std::exception& e) {
-          TORCH_CHECK(false, ctx, ": all-gather of ", fresh.size(), " parameters (",
-                      pack.packedBytes(), " bytes per rank) on backend ", backend->name(),
-                      " failed on rank ", group.rank, " of ", world,
-                      "; a peer may have died or runs a different program: ", describe(e));
-        }
-      }
-      std::vector<void*> dst;
-      for (size_t gi = 0; gi < fresh.size(); ++gi) {
-        const at::Tensor& p = fresh[gi]->params.front();
-        std::vector<int64_t> sizes = p.sizes().vec();
-        sizes[0] = fresh[gi]->fullRows;
-        fulls.push_back(at::empty(sizes, at::TensorOptions().dtype(p.scalar_type()).device(device)));
-        dst.push_back(fulls.back().data_ptr());
-      }
-      layout::unpackCpu(pack, recv.data_ptr(), dst);
-    }
+// ---- issue / commit / drop ------------------------------------------------------------------
 
-    // Commit: swap storages (all-or-nothing across groups), then register.
-    size_t swappedGroups = 0;
-    try {
-      for (size_t gi = 0; gi < fresh.size(); ++gi) {
-        Group& g = *fresh[gi];
-        for (const at::Tensor& p : g.params) g.shards.push_back(p.detach());
-        if (world > 1) {
-          swapTo(g, std::vector<at::Tensor>(g.params.size(), fulls[gi]));
-          g.swapped = true;
-        }
-        ++swappedGroups;
-      }
-    } catch (const std::exception& e) {
-      for (size_t gi = 0; gi < swappedGroups; ++gi) swapBackToShards(*fresh[gi]);
-      TORCH_CHECK(false, ctx, ": swapping in the gathered storage failed: ", describe(e));
-    }
-    int64_t bytes = 0;
-    const uint64_t gatherId = reg.nextGatherId++;
-    for (const auto& g : fresh) {
-      g->refcount = 1;
-      g->gatherId = gatherId;
-      for (const at::Tensor& p : g->params) reg.byImpl[p.unsafeGetTensorImpl()] = g;
-      reg.byShard[g->key] = g;
-      bytes += g->fullBytes;
-    }
-    reg.stats.all_gathers += 1;
-    reg.stats.bytes_gathered += bytes;
-    reg.stats.unsharded_bytes += bytes;
-    reg.stats.peak_unsharded_bytes =
-        std::max(reg.stats.peak_unsharded_bytes, reg.stats.unsharded_bytes);
+std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group>> fresh,
+                                const std::string& ctx, const GroupInfo& group) {
+  const c10::Device device = fresh.front()->params.front().device();
+  for (size_t gi = 1; gi < fresh.size(); ++gi) {
+    TORCH_CHECK(fresh[gi]->params.front().device() == device, ctx,
+                ": parameters of one unit live on different devices (", device, " and ",
+                fresh[gi]->params.front().device(), ")");
   }
+  UnshardRequest req;
+  req.device = device;
+  req.rank = group.rank;
+  req.world = group.world;
+  for (const auto& g : fresh) {
+    g->shards.clear();
+    for (const at::Tensor& p : g->params) g->shards.push_back(p.detach());
+    req.shards.push_back(g->shards.front());
+    req.fullRows.push_back(g->fullRows);
+    req.dtypes.push_back(g->dtype);
+  }
+  auto f = std::make_unique<InFlight>();
+  f->pending = startUnshard(req, ctx);
+  f->groups = std::move(fresh);
+  f->gatherId = reg.nextGatherId++;
+  f->rank = group.rank;
+  f->world = group.world;
+  for (const auto& g : f->groups) f->bytes += g->fullBytes;
+  reg.stats.all_gathers += 1;
+  reg.stats.bytes_gathered += f->bytes;
+  reg.stats.unsharded_bytes += f->bytes;
+  notePeak(reg.stats);
+  return f;
+}
 
-  for (auto& entry : aliasesToAttach) {
+// Completes `f` and registers its groups with a count of 0 (the caller raises it).
+void commit(Registry& reg, InFlight& f, const std::string& ctx) {
+  try {
+    f.pending->finish();
+  } catch (const std::exception& e) {
+    reg.stats.unsharded_bytes -= f.bytes;
+    throwCollectiveFailure(ctx, f.groups.size(), f.pending->bytesPerRank(),
+                           f.pending->backendName(), f.rank, f.world, e);
+  }
+  const std::vector<at::Tensor>& fulls = f.pending->fulls();
+  size_t swappedGroups = 0;
+  try {
+    for (size_t gi = 0; gi < f.groups.size(); ++gi) {
+      Group& g = *f.groups[gi];
+      if (fulls[gi].defined()) {
+        swapTo(g, fulls[gi]);
+        g.swapped = true;
+      }
+      ++swappedGroups;
+    }
+  } catch (const std::exception& e) {
+    for (size_t gi = 0; gi < swappedGroups; ++gi) swapBackToShards(*f.groups[gi]);
+    reg.stats.unsharded_bytes -= f.bytes;
+    TORCH_CHECK(false, ctx, ": swapping in the gathered storage failed: ", describeException(e));
+  }
+  for (const auto& g : f.groups) {
+    g->refcount = 0;
+    g->gatherId = f.gatherId;
+    for (const at::Tensor& p : g->params) reg.byImpl[p.unsafeGetTensorImpl()] = g;
+    reg.byShard[g->key] = g;
+  }
+  f.pending.reset();
+}
+
+// Gives up a started unshard (release_all): it was counted as an unshard, so it counts as a
+// reshard too.
+void drop(Registry& reg, InFlight& f) {
+  f.pending->abandon();
+  f.pending.reset();
+  reg.stats.unsharded_bytes -= f.bytes;
+  reg.stats.reshards += 1;
+}
+
+void markInFlight(Registry& reg, const InFlight& f, int64_t handle) {
+  for (const auto& g : f.groups) {
+    for (const at::Tensor& p : g->params) reg.inFlightByImpl[p.unsafeGetTensorImpl()] = handle;
+    reg.inFlightByShard[g->key] = handle;
+  }
+}
+
+void unmarkInFlight(Registry& reg, const InFlight& f) {
+  for (const auto& g : f.groups) {
+    for (const at::Tensor& p : g->params) reg.inFlightByImpl.erase(p.unsafeGetTensorImpl());
+    reg.inFlightByShard.erase(g->key);
+  }
+}
+
+// classify + issue + commit + count: the synchronous gather.
+void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
+                  const std::vector<int64_t>& fullRows, const std::string& unit,
+                  std::optional<at::ScalarType> paramDtype, const std::string& ctx) {
+  const GroupInfo group = ensureGroup();
+  Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
+  std::vector<std::shared_ptr<Group>> counted = c.known;
+  if (!c.fresh.empty()) {
+    std::unique_ptr<InFlight> f = issue(reg, c.fresh, ctx, group);
+    commit(reg, *f, ctx);
+    counted.insert(counted.end(), f->groups.begin(), f->groups.end());
+  }
+  for (auto& entry : c.aliases) {
     attachAlias(*entry.first, entry.second);
     reg.byImpl[entry.second.unsafeGetTensorImpl()] = entry.first;
   }
-  for (const auto& g : bumped) g->refcount += 1;
+  for (const auto& g : counted) g->refcount += 1;
+}
+
+}  // namespace
+
+std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
+                                  const std::vector<int64_t>& fullRows, const std::string& unit,
+                                  std::optional<at::ScalarType> paramDtype) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  Registry& reg = registry();
+  reg.stats.gather_calls += 1;
+  gatherLocked(reg, params, fullRows, unit, paramDtype, ctxOf("all_gather", unit));
   return params;
+}
+
+int64_t allGatherStart(const std::vector<at::Tensor>& params,
+                       const std::vector<int64_t>& fullRows, const std::string& unit,
+                       std::optional<at::ScalarType> paramDtype) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  Registry& reg = registry();
+  reg.stats.gather_calls += 1;
+  const std::string ctx = ctxOf("all_gather_start", unit);
+  const GroupInfo group = ensureGroup();
+  // Gathered parameters are only checked here; their counts rise at the wait, which classifies
+  // again (a unit resharded in between is gathered again there).
+  Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
+  Handle h;
+  h.params = params;
+  h.fullRows = fullRows;
+  h.unit = unit;
+  h.paramDtype = paramDtype;
+  const int64_t id = reg.nextHandle++;
+  if (!c.fresh.empty()) {
+    h.inflight = issue(reg, std::move(c.fresh), ctx, group);
+    markInFlight(reg, *h.inflight, id);
+    reg.stats.in_flight += 1;
+    reg.stats.in_flight_peak = std::max(reg.stats.in_flight_peak, reg.stats.in_flight);
+  }
+  reg.handles.emplace(id, std::move(h));
+  return id;
+}
+
+std::vector<at::Tensor> allGatherWait(int64_t handle) {
+  std::lock_guard<std::mutex> lock(registryMutex());
+  Registry& reg = registry();
+  reg.stats.wait_calls += 1;
+  auto it = reg.handles.find(handle);
+  TORCH_CHECK(it != reg.handles.end(), "fsdp::all_gather_wait: unknown handle ", handle,
+              " (not returned by fsdp::all_gather_start, already waited, or dropped by "
+              "fsdp::release_all)");
+  Handle h = std::move(it->second);
+  reg.handles.erase(it);
+  const std::string ctx = ctxOf("all_gather_wait", h.unit);
+  if (h.inflight) {
+    unmarkInFlight(reg, *h.inflight);
+    reg.stats.in_flight -= 1;
+    commit(reg, *h.inflight, ctx);
+  }
+  try {
+    gatherLocked(reg, h.params, h.fullRows, h.unit, h.paramDtype, ctx);
+  } catch (...) {
+    // Groups this wait registered and nothing counted yet: reshard them again.
+    if (h.inflight) {
+      std::vector<std::shared_ptr<Group>> orphans;
+      for (const auto& g : h.inflight->groups) {
+        if (g->refcount == 0 && reg.byShard.count(g->key) != 0) orphans.push_back(g);
+      }
+      releaseGroups(reg, orphans);
+    }
+    throw;
+  }
+  return h.params;
 }
 
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
@@ -305,9 +482,15 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   for (size_t i = 0; i < params.size(); ++i) {
     TORCH_CHECK(params[i].defined(), ctx, ": parameter ", i, " is undefined");
     auto it = reg.byImpl.find(params[i].unsafeGetTensorImpl());
-    TORCH_CHECK(it != reg.byImpl.end(), ctx, ": parameter ", i,
-                " is not gathered (reshard without a matching all_gather, or release_all "
-                "already resharded it)");
+    if (it == reg.byImpl.end()) {
+      auto started = reg.inFlightByImpl.find(params[i].unsafeGetTensorImpl());
+      TORCH_CHECK(started == reg.inFlightByImpl.end(), ctx, ": parameter ", i,
+                  " is not gathered: fsdp::all_gather_start (handle ", started->second,
+                  ") started its gather but fsdp::all_gather_wait has not completed it");
+      TORCH_CHECK(false, ctx, ": parameter ", i,
+                  " is not gathered (reshard without a matching all_gather, or release_all "
+                  "already resharded it)");
+    }
     if (seen.insert(it->second.get()).second) groups.push_back(it->second);
   }
   std::vector<std::shared_ptr<Group>> released;
@@ -323,6 +506,16 @@ void releaseAll() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   detail::Registry& reg = detail::registry();
   reg.stats.release_all_calls += 1;
+  // Started gathers first: wait for them (their buffers may still be written) and drop them.
+  for (auto& entry : reg.handles) {
+    if (!entry.second.inflight) continue;
+    detail::unmarkInFlight(reg, *entry.second.inflight);
+    detail::drop(reg, *entry.second.inflight);
+    reg.stats.in_flight -= 1;
+  }
+  reg.handles.clear();
+  reg.inFlightByImpl.clear();
+  reg.inFlightByShard.clear();
   std::vector<std::shared_ptr<detail::Group>> groups;
   std::unordered_set<const detail::Group*> seen;
   for (const auto& entry : reg.byImpl) {
@@ -342,9 +535,12 @@ void resetStats() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   Stats& s = detail::registry().stats;
   const int64_t now = s.unsharded_bytes;
+  const int64_t inFlight = s.in_flight;
   s = Stats();
   s.unsharded_bytes = now;
   s.peak_unsharded_bytes = now;
+  s.in_flight = inFlight;
+  s.in_flight_peak = inFlight;
 }
 
 std::vector<std::pair<std::string, int64_t>> Stats::items() const {
@@ -355,7 +551,10 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"peak_unsharded_bytes", peak_unsharded_bytes},
           {"reshards", reshards},
           {"reshard_calls", reshard_calls},
-          {"release_all_calls", release_all_calls}};
+          {"release_all_calls", release_all_calls},
+          {"wait_calls", wait_calls},
+          {"in_flight", in_flight},
+          {"in_flight_peak", in_flight_peak}};
 }
 
 }  // namespace runtime

@@ -1,18 +1,33 @@
-// Internal: the unshard/reshard engine behind fsdp::all_gather / fsdp::reshard /
-// fsdp::release_all (storage swap, per-TensorImpl registry, reference counts, stats).
+// Internal: the unshard/reshard engine behind fsdp::all_gather, fsdp::all_gather_start /
+// fsdp::all_gather_wait, fsdp::reshard and fsdp::release_all (storage swap, per-TensorImpl
+// registry, reference counts, in-flight handles, stats). The data movement itself is the
+// device path's (unshard.h).
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/ScalarType.h>
 
 namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 
+/// fsdp::all_gather: unshards `params` (ONE collective for those not gathered yet) and returns
+/// them. With `paramDtype`, floating-point parameters are gathered in that dtype.
 std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
-                                  const std::vector<int64_t>& fullRows, const std::string& unit);
+                                  const std::vector<int64_t>& fullRows, const std::string& unit,
+                                  std::optional<at::ScalarType> paramDtype);
+/// fsdp::all_gather_start: validates and issues the collective without waiting for it; returns
+/// the handle that allGatherWait takes.
+int64_t allGatherStart(const std::vector<at::Tensor>& params,
+                       const std::vector<int64_t>& fullRows, const std::string& unit,
+                       std::optional<at::ScalarType> paramDtype);
+/// fsdp::all_gather_wait: completes a started gather; afterwards everything is as if
+/// allGather(...) had been called with the start's arguments.
+std::vector<at::Tensor> allGatherWait(int64_t handle);
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
 
 }  // namespace detail

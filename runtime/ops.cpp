@@ -13,12 +13,35 @@
 
 namespace {
 
-using fsdp_opt::runtime::detail::allGather;
-
 std::vector<at::Tensor> allGatherOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
-                                    std::string unit) {
-  return allGather(params, fullRows, unit);
+                                    std::string unit, c10::optional<at::ScalarType> paramDtype) {
+  std::optional<at::ScalarType> dtype;
+  if (paramDtype.has_value()) dtype = *paramDtype;
+  return fsdp_opt::runtime::detail::allGather(params, fullRows, unit, dtype);
 }
+
+std::vector<at::Tensor> allGatherNoCastOp(std::vector<at::Tensor> params,
+                                          std::vector<int64_t> fullRows, std::string unit) {
+  return fsdp_opt::runtime::detail::allGather(params, fullRows, unit, std::nullopt);
+}
+
+int64_t allGatherStartOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
+                         std::string unit, c10::optional<at::ScalarType> paramDtype) {
+  std::optional<at::ScalarType> dtype;
+  if (paramDtype.has_value()) dtype = *paramDtype;
+  return fsdp_opt::runtime::detail::allGatherStart(params, fullRows, unit, dtype);
+}
+
+int64_t allGatherStartNoCastOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
+                               std::string unit) {
+  return fsdp_opt::runtime::detail::allGatherStart(params, fullRows, unit, std::nullopt);
+}
+
+std::vector<at::Tensor> allGatherWaitOp(int64_t handle) {
+  return fsdp_opt::runtime::detail::allGatherWait(handle);
+}
+
+bool hasCudaBackendOp() { return fsdp_opt::runtime::hasCudaBackend(); }
 
 void reshardOp(std::vector<at::Tensor> params, std::string unit) {
   fsdp_opt::runtime::detail::reshard(params, unit);
@@ -55,9 +78,25 @@ constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
 }  // namespace
 
 TORCH_LIBRARY(fsdp, m) {
-  m.def(torch::schema("all_gather(Tensor[] params, int[] full_rows, str unit) -> Tensor[]",
+  // The 3-argument overloads (`.no_cast`) exist for IR built node by node: a node matches a
+  // schema only with exactly as many inputs as the schema has arguments (defaults are filled in
+  // by the TorchScript compiler, not by Graph::create), and the passes create 3-input
+  // fsdp::all_gather nodes. Called by name, either overload serves a 3-argument call.
+  m.def(torch::schema("all_gather(Tensor[] params, int[] full_rows, str unit, "
+                      "ScalarType? param_dtype=None) -> Tensor[]",
                       kConservative),
         allGatherOp);
+  m.def(torch::schema("all_gather.no_cast(Tensor[] params, int[] full_rows, str unit) -> Tensor[]",
+                      kConservative),
+        allGatherNoCastOp);
+  m.def(torch::schema("all_gather_start(Tensor[] params, int[] full_rows, str unit, "
+                      "ScalarType? param_dtype=None) -> int",
+                      kConservative),
+        allGatherStartOp);
+  m.def(torch::schema("all_gather_start.no_cast(Tensor[] params, int[] full_rows, str unit) -> int",
+                      kConservative),
+        allGatherStartNoCastOp);
+  m.def(torch::schema("all_gather_wait(int handle) -> Tensor[]", kConservative), allGatherWaitOp);
   m.def(torch::schema("reshard(Tensor[] params, str unit) -> ()", kConservative), reshardOp);
   m.def(torch::schema("check_rank(int rank, int world_size, str manifest_sha256) -> ()",
                       kConservative),
@@ -70,4 +109,5 @@ TORCH_LIBRARY(fsdp, m) {
                       kConservative),
         initProcessGroupOp);
   m.def(torch::schema("destroy_process_group() -> ()", kConservative), destroyProcessGroupOp);
+  m.def(torch::schema("has_cuda_backend() -> bool", kConservative), hasCudaBackendOp);
 }

@@ -1,14 +1,18 @@
 #!/usr/bin/env python3
-# lit: the main scenarios here; the failure scenarios in runtime_ops_failures.py.
+# lit: the main scenarios here; mixed precision in runtime_ops_mp.py, the split form in
+# runtime_ops_split.py, the failure scenarios in runtime_ops_failures.py.
 # RUN: %python %s %runtime_lib --scenarios=main
 """End-to-end test of libfsdp_runtime's ops, without any fsdp-opt pass.
 
-    runtime_ops.py LIB [--worlds 1,2,3,4] [--timeout S] [--scenarios main,death,stall]
+    runtime_ops.py LIB [--worlds 1,2,3,4] [--timeout S]
+                   [--scenarios main,mp,split,death,deathwait,stall]
 
 For each world size W it starts W processes. Each builds full tensors from a seed shared by
 all ranks, cuts its own shard by hand (SPEC section 2: uneven dim 0, dim 0 < W, mixed dtypes,
 tied aliases), and calls torch.ops.fsdp.{init_process_group, all_gather, reshard, release_all,
-check_rank, stats, reset_stats} directly, checking the results bit for bit. Then, for W >= 2,
+check_rank, stats, reset_stats} directly, checking the results bit for bit; `mp` does the same
+with param_dtype (results bitwise `full.to(dtype)`), `split` with all_gather_start /
+all_gather_wait (including a functional check that start does not wait for its peers). Then, for W >= 2,
 it kills one rank (os._exit) or stalls one, and checks that the survivors fail with an error
 within FSDP_OPT_TIMEOUT_S instead of hanging.
 
@@ -19,8 +23,10 @@ import argparse
 import math
 import os
 import socket
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 
@@ -106,12 +112,12 @@ def expect_raises(fn, *needles):
 class Unit:
     """A hand-made FSDP unit: full tensors, this rank's shards as Parameters."""
 
-    def __init__(self, torch, specs, world, rank, seed):
+    def __init__(self, torch, specs, world, rank, seed, gen=None):
         self.torch = torch
         self.fulls = []
         self.params = []
         for i, (shape, dtype) in enumerate(specs):
-            full = random_full(torch, shape, dtype, seed * 1000 + i)
+            full = (gen or random_full)(torch, shape, dtype, seed * 1000 + i)
             self.fulls.append(full)
             shard = shard_of(torch, full, world, rank)
             self.params.append(torch.nn.Parameter(shard.clone(), requires_grad=dtype.is_floating_point))
@@ -365,6 +371,411 @@ def scenario_stall(torch, rank, world, rep, timeout):
     rep.check("stalled_peer_times_out", times_out)
 
 
+def random_finite(torch, shape, dtype, seed):
+    """Finite values over a wide range of magnitudes (subnormals of float32 and float16, values
+    past float16's range, +-0.0), for casts: a cast's result is only bitwise reproducible for
+    non-NaN inputs (NaN payloads depend on the conversion routine). Integers: random bits."""
+    if not dtype.is_floating_point:
+        return random_full(torch, shape, dtype, seed)
+    g = torch.Generator().manual_seed(seed)
+    n = 1
+    for s in shape:
+        n *= s
+    x = torch.randn(n, generator=g, dtype=torch.float64)
+    x = x * torch.pow(2.0, torch.randint(-150, 90, (n,), generator=g).to(torch.float64))
+    x[::7] = 0.0
+    x[1::11] = -0.0
+    return x.to(dtype).reshape(shape)
+
+
+def elem_size(torch, dtype):
+    return torch.empty(0, dtype=dtype).element_size()
+
+
+def gathered_dtype(dtype, param_dtype):
+    return param_dtype if (param_dtype is not None and dtype.is_floating_point) else dtype
+
+
+def check_full_as(u, param_dtype):
+    """u's parameters hold full.to(param_dtype) (floating point) or full (others), bitwise."""
+    for i, (p, f) in enumerate(zip(u.params, u.fulls)):
+        want = f.to(gathered_dtype(f.dtype, param_dtype))
+        expect(p.dtype == want.dtype, "param %d has dtype %s, expected %s" % (i, p.dtype, want.dtype))
+        expect(same_bits(p, want), "param %d is not bitwise full.to(%s)" % (i, want.dtype))
+        expect(p.requires_grad == f.is_floating_point(), "param %d lost requires_grad" % i)
+        expect(p.is_leaf, "param %d is no longer a leaf" % i)
+
+
+def gathered_bytes(torch, u, param_dtype):
+    return sum(f.numel() * elem_size(torch, gathered_dtype(f.dtype, param_dtype)) for f in u.fulls)
+
+
+def scenario_mixed_precision(torch, rank, world, rep):
+    ops = torch.ops.fsdp
+    f32, f64, f16, bf16, i64 = torch.float32, torch.float64, torch.float16, torch.bfloat16, torch.int64
+    specs = [((10, 3), f32), ((2, 5), f64), ((7,), i64), ((1, 4, 2), f16), ((0, 3), f32),
+             ((13,), bf16), ((9, 2), f32)]
+    ops.reset_stats()
+
+    for k, pd in enumerate([bf16, f16, f32, f64]):
+        def cast_bitwise(pd=pd, k=k):
+            u = Unit(torch, specs, world, rank, seed=40 + k, gen=random_finite)
+            s0 = stats(torch)
+            out = ops.all_gather(u.params, u.full_rows, "mp", pd)
+            for a, b in zip(out, u.params):
+                expect(a is b, "all_gather did not return the parameter objects themselves")
+            check_full_as(u, pd)
+            d = delta(s0, stats(torch))
+            want = gathered_bytes(torch, u, pd)
+            expect(d["all_gathers"] == 1, "stats delta %s" % d)
+            expect(d["bytes_gathered"] == want, "bytes_gathered %d != %d" % (d["bytes_gathered"], want))
+            expect(stats(torch)["unsharded_bytes"] == want, "unsharded_bytes %s" % stats(torch))
+            ops.reshard(out, "mp")
+            u.check_sharded()
+            for p, s in zip(u.params, u.shards):
+                expect(p.dtype == s.dtype, "reshard did not restore dtype %s" % s.dtype)
+            expect(stats(torch)["unsharded_bytes"] == 0, "unsharded_bytes after reshard %s" % stats(torch))
+        rep.check("mp_cast_bitwise_%s" % str(pd).replace("torch.", ""), cast_bitwise)
+
+    def three_arg_default():
+        u = Unit(torch, specs, world, rank, seed=50, gen=random_finite)
+        out = ops.all_gather(u.params, u.full_rows, "mp", None)
+        u.check_full()
+        ops.reshard(out, "mp")
+        out = ops.all_gather(u.params, u.full_rows, "mp")
+        u.check_full()
+        ops.reshard(out, "mp")
+        u.check_sharded()
+    rep.check("mp_none_is_own_dtype", three_arg_default)
+
+    def nested_same_dtype():
+        u = Unit(torch, specs, world, rank, seed=51, gen=random_finite)
+        s0 = stats(torch)
+        ops.all_gather(u.params, u.full_rows, "outer", bf16)
+        ops.all_gather(u.params, u.full_rows, "outer", bf16)
+        d = delta(s0, stats(torch))
+        expect(d["all_gathers"] == 1 and d["gather_calls"] == 2, "nested stats %s" % d)
+        ops.reshard(u.params, "outer")
+        check_full_as(u, bf16)
+        ops.reshard(u.params, "outer")
+        u.check_sharded()
+    rep.check("mp_nested_same_dtype", nested_same_dtype)
+
+    def nested_other_dtype():
+        u = Unit(torch, specs, world, rank, seed=52, gen=random_finite)
+        ops.all_gather(u.params, u.full_rows, "outer", bf16)
+        expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "inner"),
+                      "unit 'inner'", "already gathered", "BFloat16", "Float")
+        expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "inner", f16),
+                      "unit 'inner'", "already gathered", "BFloat16", "Half")
+        check_full_as(u, bf16)  # the failed nested gathers changed nothing
+        ops.reshard(u.params, "outer")
+        u.check_sharded()
+        expect_raises(lambda: ops.reshard(u.params, "outer"), "not gathered")
+    rep.check("mp_nested_other_dtype_error", nested_other_dtype)
+
+    def bad_dtype():
+        u = Unit(torch, specs, world, rank, seed=53, gen=random_finite)
+        expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "bad", torch.int32),
+                      "unit 'bad'", "param_dtype", "floating-point")
+        u.check_sharded()
+    rep.check("mp_non_float_param_dtype_error", bad_dtype)
+
+    def scripted():
+        class M(torch.nn.Module):
+            def __init__(self, w):
+                super().__init__()
+                self.w = w
+
+            def forward(self, x):
+                full = torch.ops.fsdp.all_gather([self.w], [11], "m", torch.bfloat16)
+                y = x + self.w.float()
+                torch.ops.fsdp.reshard(full, "m")
+                return y
+        full = random_finite(torch, (11,), f32, 54)
+        w = torch.nn.Parameter(shard_of(torch, full, world, rank))
+        sm = torch.jit.script(M(w))
+        for _ in range(3):  # the profiling executor must cope with the dtype change
+            y = sm(torch.zeros(11))
+            expect(same_bits(y, torch.zeros(11) + full.to(bf16).float()), "scripted result differs")
+            expect(sm.w.dtype == f32 and tuple(sm.w.shape) == tuple(w.shape), "left gathered")
+    rep.check("mp_torchscript_call", scripted)
+
+
+def scenario_split(torch, rank, world, rep, scratch, timeout):
+    ops = torch.ops.fsdp
+    f32, f16, i64, bf16 = torch.float32, torch.float16, torch.int64, torch.bfloat16
+    specs = [((10, 3), f32), ((2, 5), f16), ((7,), i64), ((0, 3), f32), ((13,), f16)]
+    ops.reset_stats()
+
+    def start_wait_bitwise():
+        u = Unit(torch, specs, world, rank, seed=60)
+        s0 = stats(torch)
+        h = ops.all_gather_start(u.params, u.full_rows, "s")
+        expect(isinstance(h, int), "handle %r is not an int" % (h,))
+        u.check_sharded()  # nothing swapped before the wait
+        s1 = stats(torch)
+        expect(s1["in_flight"] == 1 and s1["in_flight_peak"] >= 1, "stats after start %s" % s1)
+        expect(s1["unsharded_bytes"] - s0["unsharded_bytes"] == u.full_bytes(),
+               "a started gather's buffers are not counted: %s" % s1)
+        out = ops.all_gather_wait(h)
+        for a, b in zip(out, u.params):
+            expect(a is b, "all_gather_wait did not return the parameter objects themselves")
+        u.check_full()
+        d = delta(s0, stats(torch))
+        expect(d["all_gathers"] == 1 and d["gather_calls"] == 1 and d["wait_calls"] == 1, "stats %s" % d)
+        expect(stats(torch)["in_flight"] == 0, "in_flight after wait %s" % stats(torch))
+        ops.reshard(out, "s")
+        u.check_sharded()
+        expect(delta(s0, stats(torch))["reshards"] == 1, "reshard stats %s" % stats(torch))
+    rep.check("split_start_wait_bitwise", start_wait_bitwise)
+
+    def start_wait_dtype():
+        u = Unit(torch, specs, world, rank, seed=61, gen=random_finite)
+        s0 = stats(torch)
+        h = ops.all_gather_start(u.params, u.full_rows, "s", bf16)
+        expect(stats(torch)["unsharded_bytes"] - s0["unsharded_bytes"] == gathered_bytes(torch, u, bf16),
+               "started bytes %s" % stats(torch))
+        out = ops.all_gather_wait(h)
+        check_full_as(u, bf16)
+        expect(delta(s0, stats(torch))["bytes_gathered"] == gathered_bytes(torch, u, bf16), "bytes")
+        ops.reshard(out, "s")
+        u.check_sharded()
+    rep.check("split_param_dtype_bitwise", start_wait_dtype)
+
+    def two_outstanding():
+        a = Unit(torch, specs, world, rank, seed=62)
+        b = Unit(torch, [((5, 4), f32), ((3,), i64)], world, rank, seed=63)
+        ops.reset_stats()
+        ha = ops.all_gather_start(a.params, a.full_rows, "a")
+        hb = ops.all_gather_start(b.params, b.full_rows, "b", bf16)
+        s = stats(torch)
+        expect(s["in_flight"] == 2 and s["in_flight_peak"] == 2, "in_flight %s" % s)
+        expect(s["peak_unsharded_bytes"] >= a.full_bytes() + gathered_bytes(torch, b, bf16), "peak %s" % s)
+        ops.all_gather_wait(hb)  # the other order than started
+        ops.all_gather_wait(ha)
+        a.check_full()
+        check_full_as(b, bf16)
+        ops.reshard(a.params, "a")
+        ops.reshard(b.params, "b")
+        a.check_sharded()
+        b.check_sharded()
+        s = stats(torch)
+        expect(s["in_flight"] == 0 and s["in_flight_peak"] == 2 and s["unsharded_bytes"] == 0, "end %s" % s)
+    rep.check("split_two_outstanding", two_outstanding)
+
+    def work_between():
+        # Prefetch shape: start B, run A (its own gather, compute, reshard), then wait for B.
+        a = Unit(torch, [((6, 4), f32), ((4,), f32)], world, rank, seed=64)
+        b = Unit(torch, specs, world, rank, seed=65)
+        hb = ops.all_gather_start(b.params, b.full_rows, "b")
+        ops.all_gather(a.params, a.full_rows, "a")
+        a.check_full()
+        y = a.params[0].detach().nan_to_num(0.0).sum()
+        ops.reshard(a.params, "a")
+        a.check_sharded()
+        b.check_sharded()
+        expect(y.numel() == 1, "compute between start and wait failed")
+        ops.all_gather_wait(hb)
+        b.check_full()
+        ops.reshard(b.params, "b")
+        b.check_sharded()
+    rep.check("split_work_between_start_and_wait", work_between)
+
+    def start_does_not_block():
+        # Functional proof that start returns before the collective completes: rank 0 starts,
+        # then publishes a file; every other rank starts only once it sees that file. A start
+        # that waited for its peers would never publish it, and the others would give up.
+        u = Unit(torch, specs, world, rank, seed=66)
+        flag = os.path.join(scratch, "rank0-started")
+        if rank == 0:
+            h = ops.all_gather_start(u.params, u.full_rows, "nb")
+            with open(flag + ".tmp", "w") as f:
+                f.write("started\n")
+            os.rename(flag + ".tmp", flag)
+        else:
+            deadline = time.monotonic() + timeout
+            while not os.path.exists(flag):
+                expect(time.monotonic() < deadline, "rank 0 did not return from all_gather_start")
+                time.sleep(0.01)
+            h = ops.all_gather_start(u.params, u.full_rows, "nb")
+        ops.all_gather_wait(h)
+        u.check_full()
+        ops.reshard(u.params, "nb")
+        u.check_sharded()
+    rep.check("split_start_returns_before_peers_join", start_does_not_block)
+
+    def already_gathered():
+        u = Unit(torch, specs, world, rank, seed=67)
+        ops.all_gather(u.params, u.full_rows, "g")
+        s0 = stats(torch)
+        h = ops.all_gather_start(u.params, u.full_rows, "g")
+        d = delta(s0, stats(torch))
+        expect(d["all_gathers"] == 0 and stats(torch)["in_flight"] == 0, "start issued a gather: %s" % d)
+        ops.all_gather_wait(h)
+        ops.reshard(u.params, "g")
+        u.check_full()  # the wait took a reference
+        ops.reshard(u.params, "g")
+        u.check_sharded()
+    rep.check("split_start_of_gathered_unit", already_gathered)
+
+    def resharded_between():
+        u = Unit(torch, specs, world, rank, seed=68)
+        ops.all_gather(u.params, u.full_rows, "g")
+        h = ops.all_gather_start(u.params, u.full_rows, "g")  # no collective: gathered
+        ops.reshard(u.params, "g")
+        u.check_sharded()
+        s0 = stats(torch)
+        ops.all_gather_wait(h)  # gathers again
+        expect(delta(s0, stats(torch))["all_gathers"] == 1, "wait did not gather again: %s" % stats(torch))
+        u.check_full()
+        ops.reshard(u.params, "g")
+        u.check_sharded()
+    rep.check("split_unit_resharded_between", resharded_between)
+
+    def mixed_known_fresh():
+        a = Unit(torch, [((6, 4), f32)], world, rank, seed=69)
+        b = Unit(torch, [((5,), f16), ((3, 2), i64)], world, rank, seed=70)
+        ops.all_gather(a.params, a.full_rows, "a")
+        s0 = stats(torch)
+        h = ops.all_gather_start(a.params + b.params, a.full_rows + b.full_rows, "ab")
+        d = delta(s0, stats(torch))
+        expect(d["all_gathers"] == 1 and d["bytes_gathered"] == b.full_bytes(), "start %s" % d)
+        ops.all_gather_wait(h)
+        a.check_full()
+        b.check_full()
+        ops.reshard(a.params + b.params, "ab")
+        a.check_full()
+        b.check_sharded()
+        ops.reshard(a.params, "a")
+        a.check_sharded()
+    rep.check("split_known_and_fresh", mixed_known_fresh)
+
+    def errors():
+        u = Unit(torch, specs, world, rank, seed=71)
+        expect_raises(lambda: ops.all_gather_wait(987654), "unknown handle 987654")
+        h = ops.all_gather_start(u.params, u.full_rows, "e")
+        expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "e2"),
+                      "unit 'e2'", "all_gather_start", "handle %d" % h)
+        expect_raises(lambda: ops.all_gather_start(u.params, u.full_rows, "e3"),
+                      "unit 'e3'", "handle %d" % h)
+        expect_raises(lambda: ops.reshard(u.params, "e"), "unit 'e'", "not gathered", "all_gather_wait")
+        u.check_sharded()
+        ops.all_gather_wait(h)
+        u.check_full()
+        expect_raises(lambda: ops.all_gather_wait(h), "unknown handle %d" % h, "already waited")
+        ops.reshard(u.params, "e")
+        u.check_sharded()
+        bad = Unit(torch, [((4, 2), f32)], world, rank, seed=72)
+        expect_raises(lambda: ops.all_gather_start(bad.params, [4 * world + 1], "b7"),
+                      "all_gather_start(unit 'b7')", "ceil(")
+        expect(stats(torch)["in_flight"] == 0, "a rejected start left something in flight")
+    rep.check("split_errors", errors)
+
+    def release_all_drops():
+        a = Unit(torch, specs, world, rank, seed=73)
+        b = Unit(torch, [((5, 4), f32)], world, rank, seed=74)
+        c = Unit(torch, [((3, 3), f32)], world, rank, seed=75)
+        ops.all_gather(c.params, c.full_rows, "c")
+        h1 = ops.all_gather_start(a.params, a.full_rows, "a")
+        h2 = ops.all_gather_start(b.params, b.full_rows, "b", bf16)
+        s0 = stats(torch)
+        ops.release_all()
+        s1 = stats(torch)
+        for x in (a, b, c):
+            x.check_sharded()
+        expect(s1["in_flight"] == 0 and s1["unsharded_bytes"] == 0, "after release_all %s" % s1)
+        expect(delta(s0, s1)["reshards"] == 3, "release_all reshards %s" % delta(s0, s1))
+        expect_raises(lambda: ops.all_gather_wait(h1), "unknown handle %d" % h1)
+        expect_raises(lambda: ops.all_gather_wait(h2), "unknown handle %d" % h2)
+        # the ranks' collectives are still in step afterwards
+        ops.all_gather(a.params, a.full_rows, "a")
+        a.check_full()
+        ops.reshard(a.params, "a")
+    rep.check("split_release_all_drops_handles", release_all_drops)
+
+    def scripted():
+        class M(torch.nn.Module):
+            def __init__(self, w, v):
+                super().__init__()
+                self.w = w
+                self.v = v
+
+            def forward(self, x):
+                h = torch.ops.fsdp.all_gather_start([self.v], [7], "v", torch.float16)
+                fw = torch.ops.fsdp.all_gather([self.w], [10], "w")
+                y = x + self.w.sum()
+                torch.ops.fsdp.reshard(fw, "w")
+                fv = torch.ops.fsdp.all_gather_wait(h)
+                z = y + self.v.double().sum()
+                torch.ops.fsdp.reshard(fv, "v")
+                return z
+        fw = random_finite(torch, (10,), torch.float64, 76)
+        fv = random_finite(torch, (7,), torch.float64, 77).clamp(-1e4, 1e4)
+        m = M(torch.nn.Parameter(shard_of(torch, fw, world, rank)),
+              torch.nn.Parameter(shard_of(torch, fv, world, rank)))
+        sm = torch.jit.script(m)
+        x = torch.zeros(2, dtype=torch.float64)
+        want = x + fw.sum() + fv.to(torch.float16).double().sum()
+        for _ in range(3):
+            expect(same_bits(sm(x), want), "scripted result differs")
+        expect(stats(torch)["in_flight"] == 0, "scripted module left a gather in flight")
+    rep.check("split_torchscript_call", scripted)
+
+    def pass_style_node():
+        # Graph::create builds nodes with exactly the inputs given; a 3-input fsdp::all_gather
+        # node (what the passes insert) must still find a schema (the .no_cast overload).
+        g = torch._C.parse_ir('''
+graph(%w : Tensor, %x : Tensor):
+  %none : NoneType = prim::Constant()
+  %one : int = prim::Constant[value=1]()
+  %l : Tensor[] = prim::ListConstruct(%w)
+  %r : int[] = prim::Constant[value=[10]]()
+  %u : str = prim::Constant[value="n"]()
+  %f : Tensor[] = fsdp::all_gather(%l, %r, %u)
+  %h : int = fsdp::all_gather_start(%l, %r, %u)
+  %f2 : Tensor[] = fsdp::all_gather_wait(%h)
+  %s : Tensor = aten::sum(%w, %none)
+  %d : Tensor = aten::add(%x, %s, %one)
+  fsdp::reshard(%f2, %u)
+  fsdp::reshard(%f, %u)
+  return (%d)
+''')
+        fn = torch._C._create_function_from_graph("pass_style", g)
+        full = random_finite(torch, (10,), torch.float64, 78)
+        w = torch.nn.Parameter(shard_of(torch, full, world, rank))
+        one = torch.ones((), dtype=torch.float64)
+        got = fn(w, one)
+        expect(same_bits(got, one + full.sum()), "3-input node result differs")
+        expect(tuple(w.shape) == (-(-10 // world),), "3-input node left the parameter gathered")
+    rep.check("split_three_input_nodes", pass_style_node)
+
+
+def scenario_death_in_wait(torch, rank, world, rep, timeout):
+    ops = torch.ops.fsdp
+    u = Unit(torch, [((9, 3), torch.float32), ((5,), torch.int64)], world, rank, seed=80)
+    ops.all_gather(u.params, u.full_rows, "warmup")
+    ops.reshard(u.params, "warmup")
+    victim = world - 1
+    if rank == victim:
+        sys.stdout.flush()
+        os._exit(17)
+    time.sleep(0.5)
+
+    def wait_fails():
+        t0 = time.monotonic()
+        h = ops.all_gather_start(u.params, u.full_rows, "blocks.5")
+        text = expect_raises(lambda: ops.all_gather_wait(h), "all_gather_wait(unit 'blocks.5')",
+                             "peer may have died")
+        elapsed = time.monotonic() - t0
+        expect(elapsed <= timeout + 5, "failed only after %.1f s (timeout %s s): %s" % (elapsed, timeout, text))
+        u.check_sharded()
+        s = stats(torch)
+        expect(s["in_flight"] == 0 and s["unsharded_bytes"] == 0, "state after a failed wait %s" % s)
+        expect_raises(lambda: ops.all_gather_wait(h), "unknown handle")
+    rep.check("death_during_start_wait", wait_fails)
+
+
 def worker_main(args):
     import torch
     torch.ops.load_library(args.lib)
@@ -378,6 +789,12 @@ def worker_main(args):
     timeout = float(os.environ["FSDP_OPT_TIMEOUT_S"])
     if args.scenario == "main":
         scenario_main(torch, args.rank, args.world, rep)
+    elif args.scenario == "mp":
+        scenario_mixed_precision(torch, args.rank, args.world, rep)
+    elif args.scenario == "split":
+        scenario_split(torch, args.rank, args.world, rep, args.scratch, timeout)
+    elif args.scenario == "deathwait":
+        scenario_death_in_wait(torch, args.rank, args.world, rep, timeout)
     elif args.scenario.startswith("death"):
         scenario_peer_death(torch, args.rank, args.world, rep, int(args.scenario[5:]), timeout)
     elif args.scenario == "stall":
@@ -407,9 +824,10 @@ def run_scenario(lib, world, scenario, timeout, expect_exit):
     env["FSDP_OPT_TIMEOUT_S"] = str(timeout)
     env.setdefault("OMP_NUM_THREADS", "1")
     procs = []
+    scratch = tempfile.mkdtemp(prefix="fsdp-runtime-ops-")
     for r in range(world):
         cmd = [sys.executable, HERE, lib, "--worker", scenario, "--rank", str(r),
-               "--world", str(world), "--port", str(port)]
+               "--world", str(world), "--port", str(port), "--scratch", scratch]
         procs.append(subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                       text=True))
     passed, failed = 0, []
@@ -443,6 +861,7 @@ def run_scenario(lib, world, scenario, timeout, expect_exit):
             failed.append("%s: reported no results; stderr: %s" % (tag, err.strip()[-2000:]))
         else:
             passed += 1  # the process itself behaved
+    shutil.rmtree(scratch, ignore_errors=True)
     return passed, failed
 
 
@@ -452,12 +871,15 @@ def main():
     ap.add_argument("--worlds", default="1,2,3,4")
     ap.add_argument("--timeout", type=float, default=10.0, help="FSDP_OPT_TIMEOUT_S for the ranks")
     ap.add_argument("--scenarios", default="main,death,stall",
-                    help="main: the ops on healthy ranks; death: a rank dies; stall: a rank "
+                    help="main: the ops on healthy ranks; mp: mixed precision (param_dtype); "
+                         "split: all_gather_start/all_gather_wait; death: a rank dies; "
+                         "deathwait: a rank dies between start and wait (W=2); stall: a rank "
                          "stops calling (takes the timeout)")
     ap.add_argument("--worker", help=argparse.SUPPRESS)
     ap.add_argument("--rank", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--world", type=int, help=argparse.SUPPRESS)
     ap.add_argument("--port", type=int, help=argparse.SUPPRESS)
+    ap.add_argument("--scratch", help=argparse.SUPPRESS)
     args = ap.parse_args()
     if args.worker:
         args.scenario = args.worker
@@ -470,20 +892,23 @@ def main():
     worlds = [int(w) for w in args.worlds.split(",") if w]
     total_pass, total_fail = 0, []
     scenarios = set(args.scenarios.split(","))
-    unknown = scenarios - {"main", "death", "stall"}
+    unknown = scenarios - {"main", "mp", "split", "death", "deathwait", "stall"}
     if unknown:
         print("error: unknown scenarios %s" % ", ".join(sorted(unknown)), file=sys.stderr)
         return 2
     plan = []
     for w in worlds:
-        if "main" in scenarios:
-            plan.append((w, "main", lambda r: 0))
+        for name in ("main", "mp", "split"):
+            if name in scenarios:
+                plan.append((w, name, lambda r: 0))
     for w in worlds:
         if "death" in scenarios and w >= 2:
             victim = w - 1
             plan.append((w, "death%d" % victim, lambda r, v=victim: 17 if r == v else 0))
         if "death" in scenarios and w >= 3:
             plan.append((w, "death0", lambda r: 17 if r == 0 else 0))
+    if "deathwait" in scenarios and 2 in worlds:
+        plan.append((2, "deathwait", lambda r: 17 if r == 1 else 0))
     if "stall" in scenarios and 2 in worlds:
         plan.append((2, "stall", lambda r: 0))
     for w, scenario, expect_exit in plan:

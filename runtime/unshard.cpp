@@ -1,0 +1,171 @@
+// The copy-only (world size 1) and CPU/Gloo unshard paths, and the choice of path by device.
+// See unshard.h.
+#include "unshard.h"
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+
+#include "collective_backend.h"
+#include "fsdp_opt/runtime.h"
+#include "process_group.h"
+#include "shard_layout.h"
+
+#ifdef FSDP_OPT_WITH_CUDA
+#include "cuda/cuda_unshard.h"
+#endif
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+namespace {
+
+int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
+  std::vector<int64_t> sizes = shard.sizes().vec();
+  sizes[0] = fullRows;
+  return sizes;
+}
+
+// World size 1, any device: the shard is the full tensor. A group gathered in another dtype
+// gets a contiguous cast copy (at::Tensor::copy_, the kernel behind Tensor::to, so the result is
+// bitwise `shard.to(dtype)`); the others need nothing.
+class CopyOnlyUnshard final : public PendingUnshard {
+ public:
+  explicit CopyOnlyUnshard(const UnshardRequest& req) {
+    fulls_.resize(req.shards.size());
+    for (size_t i = 0; i < req.shards.size(); ++i) {
+      const at::Tensor& shard = req.shards[i];
+      if (shard.scalar_type() == req.dtypes[i]) continue;
+      fulls_[i] = at::empty(shard.sizes(), shard.options().dtype(req.dtypes[i]));
+      fulls_[i].copy_(shard);
+    }
+  }
+  void finish() override {}
+  void abandon() noexcept override {}
+  std::string backendName() const override { return "copy"; }
+  int64_t bytesPerRank() const override { return 0; }
+};
+
+// CPU, world size > 1: cast (at::Tensor::to) and pack every shard into one byte buffer, one
+// asynchronous allgather of those buffers, unpack into the full tensors at finish().
+class GlooUnshard final : public PendingUnshard {
+ public:
+  GlooUnshard(const UnshardRequest& req, const std::string& context)
+      : layout_(specsOf(req), req.world) {
+    backend_ = backendFor(req.device, context);
+    const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(req.device);
+    send_ = at::empty({layout_.packedBytes()}, byteOpts);
+    recv_ = at::empty({layout_.gatheredBytes()}, byteOpts);
+    {
+      std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
+      std::vector<const void*> src;
+      for (size_t i = 0; i < req.shards.size(); ++i) {
+        at::Tensor s = req.shards[i].detach();
+        if (s.scalar_type() != req.dtypes[i]) s = s.to(req.dtypes[i]);
+        packedSources.push_back(s.contiguous());
+        src.push_back(packedSources.back().data_ptr());
+      }
+      layout::packCpu(layout_, src, send_.data_ptr());
+    }
+    // Allocated now, filled at finish(): the memory of a started gather is held from here on
+    // (what peak_unsharded_bytes counts).
+    for (size_t i = 0; i < req.shards.size(); ++i) {
+      fulls_.push_back(at::empty(fullSizes(req.shards[i], req.fullRows[i]),
+                                 at::TensorOptions().dtype(req.dtypes[i]).device(req.device)));
+    }
+    if (layout_.packedBytes() > 0) {
+      try {
+        collective_ = backend_->allGatherBytesAsync(send_, recv_);
+      } catch (const std::exception& e) {
+        throwCollectiveFailure(context, req.shards.size(), layout_.packedBytes(), backend_->name(),
+                               req.rank, req.world, e);
+      }
+    }
+  }
+
+  void finish() override {
+    if (collective_) {
+      auto c = std::move(collective_);
+      c->wait();
+    }
+    std::vector<void*> dst;
+    for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
+    layout::unpackCpu(layout_, recv_.data_ptr(), dst);
+    send_.reset();
+    recv_.reset();
+  }
+
+  void abandon() noexcept override {
+    try {
+      if (collective_) {
+        auto c = std::move(collective_);
+        c->wait();  // Gloo writes into recv_ until then
+      }
+    } catch (...) {
+    }
+    send_.reset();
+    recv_.reset();
+  }
+
+  std::string backendName() const override { return backend_ ? backend_->name() : "gloo"; }
+  int64_t bytesPerRank() const override { return layout_.packedBytes(); }
+
+ private:
+  static std::vector<layout::ParamSpec> specsOf(const UnshardRequest& req) {
+    std::vector<layout::ParamSpec> specs;
+    for (size_t i = 0; i < req.shards.size(); ++i) {
+      specs.push_back(layout::ParamSpec{req.fullRows[i], rowBytesAs(req.shards[i], req.dtypes[i])});
+    }
+    return specs;
+  }
+
+  layout::PackLayout layout_;
+  std::shared_ptr<CollectiveBackend> backend_;
+  at::Tensor send_;
+  at::Tensor recv_;
+  std::unique_ptr<PendingCollective> collective_;
+};
+
+}  // namespace
+
+std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
+                                             const std::string& context) {
+#ifdef FSDP_OPT_WITH_CUDA
+  if (request.device.is_cuda()) return cuda::startCudaUnshard(request, context);
+#endif
+  if (request.world == 1) return std::make_unique<CopyOnlyUnshard>(request);
+  if (request.device.is_cpu()) return std::make_unique<GlooUnshard>(request, context);
+  backendFor(request.device, context);  // throws: no backend for this device
+  TORCH_CHECK(false, context, ": no collective backend for tensors on ", request.device.str());
+}
+
+std::string describeException(const std::exception& e) {
+  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
+  return e.what();
+}
+
+void throwCollectiveFailure(const std::string& context, size_t numParams, int64_t bytesPerRank,
+                            const std::string& backend, int rank, int world,
+                            const std::exception& cause) {
+  TORCH_CHECK(false, context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
+              " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
+              "; a peer may have died or runs a different program: ", describeException(cause));
+}
+
+}  // namespace detail
+
+bool hasCudaBackend() {
+#ifdef FSDP_OPT_WITH_CUDA
+  return true;
+#else
+  return false;
+#endif
+}
+
+}  // namespace runtime
+}  // namespace fsdp_opt

@@ -1,0 +1,84 @@
+// Internal: the device-specific half of one unshard (the data movement), behind the
+// device-independent engine in gather.cpp (registry, reference counts, storage swap, stats).
+//
+// The engine hands over the shards of the *fresh* groups of one gather (parameters that are not
+// gathered yet, deduplicated) and gets back a PendingUnshard holding one full buffer per group.
+// startUnshard() issues everything it can without blocking (on CPU: the cast and pack, then the
+// asynchronous collective; on CUDA: copy-in, collective and copy-out on the runtime's gather
+// stream); finish() makes the full buffers valid for the caller (CPU: waits for the collective and
+// unpacks; CUDA: makes the caller's current stream wait on the gather's completion event).
+//
+// Paths, chosen by the shards' device (docs/runtime.md, "Backends"):
+//   - world size 1, any device: copy-only. A group whose gathered dtype is its own needs no buffer
+//     at all (the shard is the full tensor); one that is cast gets a cast copy.
+//   - CPU, world size > 1: Gloo (cast with at::Tensor::to, pack, allgather, unpack).
+//   - CUDA (built with FSDP_OPT_ENABLE_CUDA): runtime/cuda/, NCCL for world size > 1.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
+#include <c10/core/ScalarType.h>
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+
+struct UnshardRequest {
+  /// Shard of each group, exactly as the module holds it (ceil(N/W) rows, any strides).
+  std::vector<at::Tensor> shards;
+  /// Unsharded dim-0 size of each group.
+  std::vector<int64_t> fullRows;
+  /// dtype of each group's full tensor: the shard's own, or the param_dtype it is cast to.
+  std::vector<at::ScalarType> dtypes;
+  c10::Device device{c10::kCPU};
+  int rank = 0;
+  int world = 1;
+};
+
+class PendingUnshard {
+ public:
+  virtual ~PendingUnshard() = default;
+
+  /// One entry per group: its full tensor (contiguous, dtypes[i], fullRows[i] rows), allocated
+  /// when the unshard started; undefined where no buffer is needed (world size 1, same dtype:
+  /// the shard already is the full tensor). The data is valid only after finish().
+  const std::vector<at::Tensor>& fulls() const { return fulls_; }
+
+  /// Completes the unshard. Throws on failure or timeout (the caller adds the op and unit).
+  virtual void finish() = 0;
+  /// Gives the unshard up (release_all): waits for whatever still uses the buffers, as far as
+  /// freeing them requires, and swallows errors.
+  virtual void abandon() noexcept = 0;
+
+  /// For error messages: the backend that moves the bytes ("copy" when none), and the bytes one
+  /// rank contributes to the collective.
+  virtual std::string backendName() const = 0;
+  virtual int64_t bytesPerRank() const = 0;
+
+ protected:
+  std::vector<at::Tensor> fulls_;
+};
+
+/// Issues the unshard of `request` on the path its device selects. Throws when it cannot be
+/// issued (no backend for the device, a backend that fails to start the collective).
+std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
+                                             const std::string& context);
+
+/// Throws the runtime's error for a collective that failed or timed out:
+/// "CONTEXT: all-gather of N parameters (B bytes per rank) on backend NAME failed on rank R of W;
+/// a peer may have died or runs a different program: <cause>".
+[[noreturn]] void throwCollectiveFailure(const std::string& context, size_t numParams,
+                                         int64_t bytesPerRank, const std::string& backend,
+                                         int rank, int world, const std::exception& cause);
+
+/// The text of an exception, without c10's backtrace.
+std::string describeException(const std::exception& e);
+
+}  // namespace detail
+}  // namespace runtime
+}  // namespace fsdp_opt
