@@ -30,6 +30,9 @@ void registerAllPasses() {
                   hoistLoopGathers});
     registry.add({"bucket-gathers",
                   "merge adjacent gathers into one collective up to --bucket-bytes", bucketGathers});
+    registry.add({"prefetch-gathers",
+                  "start the next unit's gather before the current unit's call (start/wait)",
+                  prefetchGathers});
     registry.add({"reshard-on-raise", "fsdp::release_all before every raise", reshardOnRaise});
     registry.add({"verify-fsdp", "check gather/reshard pairing, DCE survival, no sharded reads",
                   verifyFsdp});

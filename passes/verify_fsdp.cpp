@@ -31,9 +31,32 @@ int countFsdpOps(torch::jit::Block* block) {
   return count;
 }
 
+// A result used exactly once, by a node of `kind` later in the same block.
+void checkSingleLaterUse(const std::string& where, torch::jit::Node* node, c10::Symbol kind,
+                         const std::string& what, DiagnosticSink& diagnostics) {
+  int uses = 0;
+  for (const torch::jit::Use& use : node->output()->uses()) {
+    if (use.user->kind() != kind) continue;
+    ++uses;
+    if (use.user->owningBlock() != node->owningBlock() || !node->isBefore(use.user)) {
+      diagnostics.error(kPassName, where + ": " + what + " is not in the block of its producer, after it");
+    }
+  }
+  if (uses != 1) {
+    diagnostics.error(kPassName, where + ": " + std::to_string(uses) + " " + what + " (expected exactly 1)");
+  }
+}
+
 void checkPairing(const std::string& where, torch::jit::Graph& graph, DiagnosticSink& diagnostics) {
   forEachNode(graph.block(), [&](torch::jit::Node* node) {
-    if (node->kind() == ops::allGather()) {
+    if (node->kind() == ops::gatherStart()) {
+      checkSingleLaterUse(where, node, ops::gatherWait(), "fsdp::all_gather_wait for an fsdp::all_gather_start", diagnostics);
+    } else if (node->kind() == ops::gatherWait()) {
+      if (node->input(0)->node()->kind() != ops::gatherStart()) {
+        diagnostics.error(kPassName, where + ": an fsdp::all_gather_wait does not consume an fsdp::all_gather_start");
+      }
+      checkSingleLaterUse(where, node, ops::reshard(), "fsdp::reshard for an fsdp::all_gather_wait", diagnostics);
+    } else if (node->kind() == ops::allGather()) {
       int reshards = 0;
       for (const torch::jit::Use& use : node->output()->uses()) {
         if (use.user->kind() != ops::reshard()) continue;
@@ -47,7 +70,7 @@ void checkPairing(const std::string& where, torch::jit::Graph& graph, Diagnostic
                                          " matching fsdp::reshard (expected exactly 1)");
       }
     } else if (node->kind() == ops::reshard()) {
-      if (node->input(0)->node()->kind() != ops::allGather()) {
+      if (!ops::isGatherResult(node->input(0)->node())) {
         diagnostics.error(kPassName, where + ": an fsdp::reshard does not consume an fsdp::all_gather");
       }
     }

@@ -34,6 +34,10 @@ bool hoistLoopGathers(PassContext& context);
 // bucket-gathers: merges adjacent gathers (and reshards) into one collective up to --bucket-bytes.
 bool bucketGathers(PassContext& context);
 
+// prefetch-gathers: splits sequential gathers into start/wait so the next unit's collective
+// overlaps the current unit's call, within --max-unsharded-bytes.
+bool prefetchGathers(PassContext& context);
+
 // reshard-on-raise: fsdp::release_all before every prim::RaiseException.
 bool reshardOnRaise(PassContext& context);
 

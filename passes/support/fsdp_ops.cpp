@@ -12,6 +12,11 @@ c10::Symbol allGather() { return c10::Symbol::fromQualString("fsdp::all_gather")
 c10::Symbol reshard() { return c10::Symbol::fromQualString("fsdp::reshard"); }
 c10::Symbol checkRank() { return c10::Symbol::fromQualString("fsdp::check_rank"); }
 c10::Symbol releaseAll() { return c10::Symbol::fromQualString("fsdp::release_all"); }
+c10::Symbol gatherStart() { return c10::Symbol::fromQualString("fsdp::all_gather_start"); }
+c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_wait"); }
+bool isGatherResult(const torch::jit::Node* node) {
+  return node->kind() == allGather() || node->kind() == gatherWait();
+}
 bool isFsdpOp(const torch::jit::Node* node) {
   return std::string(node->kind().ns().toUnqualString()) == "fsdp";
 }

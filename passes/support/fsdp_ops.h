@@ -16,6 +16,10 @@ c10::Symbol allGather();     // fsdp::all_gather
 c10::Symbol reshard();       // fsdp::reshard
 c10::Symbol checkRank();     // fsdp::check_rank
 c10::Symbol releaseAll();    // fsdp::release_all
+c10::Symbol gatherStart();   // fsdp::all_gather_start
+c10::Symbol gatherWait();    // fsdp::all_gather_wait
+// all_gather, or the all_gather_wait that completes a split gather: what a reshard consumes.
+bool isGatherResult(const torch::jit::Node* node);
 bool isFsdpOp(const torch::jit::Node* node);
 }  // namespace ops
 

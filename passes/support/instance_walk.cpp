@@ -83,7 +83,7 @@ class Walker {
         visitGetAttr(node, scope, unsharded);
       } else if (node->kind() == c10::prim::CallMethod) {
         visitCall(node, scope, unsharded, loopDepth);
-      } else if (model_ == GatherModel::ExplicitOps && node->kind() == ops::allGather()) {
+      } else if (model_ == GatherModel::ExplicitOps && ops::isGatherResult(node)) {
         visitGather(node, scope, unsharded, loopDepth);
       } else if (model_ == GatherModel::ExplicitOps && node->kind() == ops::reshard()) {
         auto gather = scope.gathers.find(node->input(0));
@@ -138,7 +138,9 @@ class Walker {
   // A gather unshards every unit whose parameters are in its list (several for a bucket).
   void visitGather(torch::jit::Node* node, Scope& scope, Unsharded& unsharded, int loopDepth) {
     std::vector<const Unit*> units;
-    torch::jit::Node* list = node->input(0)->node();
+    // A split gather's parameters are the operands of the start its wait completes.
+    torch::jit::Node* operands = node->kind() == ops::gatherWait() ? node->input(0)->node() : node;
+    torch::jit::Node* list = operands->input(0)->node();
     if (list->kind() == c10::prim::ListConstruct) {
       for (torch::jit::Value* element : list->inputs()) {
         if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);

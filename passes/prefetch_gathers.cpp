@@ -1,0 +1,184 @@
+// Pass prefetch-gathers: start the next unit's gather before the current unit's call.
+//
+// Where units are gathered one after another in one block (gather A, call A, reshard A,
+// gather B, call B, ...), B's collective can run while A computes. The pass splits B's gather
+// into fsdp::all_gather_start, placed right after A's gather (so before A's call), and
+// fsdp::all_gather_wait at B's old place, just before its use; B's operand reads (pure
+// prim::GetAttr chains) move up with the start. One gather is in flight at a time, and only
+// while the static peak (units open around the pair + footprints of A and B, a unit's footprint
+// counting the units nested in it) stays within --max-unsharded-bytes, so the budget bounds
+// prefetch memory too. Runtime: the start allocates B's full buffers, so they count from then.
+// Assumes: bucket-gathers ran (buckets are final); gathers paired in one block.
+// Guarantees: every wait follows its start in the same block and feeds exactly one reshard.
+//
+//   before: %a = all_gather(A); call A; reshard(%a); %b = all_gather(B); call B; reshard(%b)
+//   after:  %a = all_gather(A); %h = all_gather_start(B); call A; reshard(%a);
+//           %b = all_gather_wait(%h); call B; reshard(%b)
+#include <fsdp_opt/passes.h>
+#include <fsdp_opt/pattern.h>
+
+#include "support/fsdp_ops.h"
+#include "support/module_tree.h"
+
+#include <limits>
+#include <set>
+
+namespace fsdp_opt {
+namespace {
+
+constexpr const char* kPassName = "prefetch-gathers";
+
+bool isPureRead(torch::jit::Node* node) {
+  auto kind = node->kind();
+  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
+         kind == c10::prim::unchecked_cast;
+}
+
+class Prefetcher {
+ public:
+  Prefetcher(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph,
+             std::string representative, std::string where)
+      : context_(context), plan_(plan), graph_(graph), representative_(std::move(representative)),
+        where_(std::move(where)),
+        budget_(context.options().maxUnshardedBytes.value_or(std::numeric_limits<int64_t>::max())) {}
+
+  int run() {
+    std::vector<torch::jit::Block*> blocks;
+    collectBlocks(graph_.block(), blocks);
+    int split = 0;
+    for (torch::jit::Block* block : blocks) split += prefetchIn(block);
+    return split;
+  }
+
+ private:
+  static void collectBlocks(torch::jit::Block* block, std::vector<torch::jit::Block*>& blocks) {
+    blocks.push_back(block);
+    for (torch::jit::Node* node : block->nodes()) {
+      for (torch::jit::Block* nested : node->blocks()) collectBlocks(nested, blocks);
+    }
+  }
+
+  const Unit* unitOf(torch::jit::Node* gather) {
+    torch::jit::Node* operands = gather->kind() == ops::gatherWait() ? gather->input(0)->node() : gather;
+    torch::jit::Node* unitPath = operands->input(2)->node();
+    if (unitPath->kind() != c10::prim::GetAttr || unitPath->s(c10::attr::name) != kUnitPathAttr) return nullptr;
+    auto path = pathFromSelf(unitPath->input(0), graph_.inputs().at(0));
+    return path ? plan_.unitAt(joinPath(representative_, *path)) : nullptr;
+  }
+
+  int64_t footprint(const Unit* unit) {
+    int64_t bytes = 0;
+    for (const auto& other : plan_.units) {
+      if (isWithin(other.path, unit->path)) bytes += other.bytes();
+    }
+    return bytes;
+  }
+
+  // Own bytes of gathers open around `anchor` in this graph (enclosing blocks included).
+  int64_t openBytesAt(torch::jit::Node* anchor, torch::jit::Node* exclude) {
+    int64_t bytes = 0;
+    for (torch::jit::Node* at = anchor; at; at = at->owningBlock()->owningNode()) {
+      for (torch::jit::Node* node : at->owningBlock()->nodes()) {
+        if (node == at) break;
+        if (node == exclude || !ops::isGatherResult(node)) continue;
+        torch::jit::Node* reshard = reshardOf(node);
+        const Unit* unit = unitOf(node);
+        if (unit && reshard && at->isBefore(reshard)) bytes += unit->bytes();
+      }
+    }
+    return bytes;
+  }
+
+  // The pure reads between `after` and `gather` that the gather depends on; false if it also
+  // depends on anything else produced there.
+  bool movableOperands(torch::jit::Node* after, torch::jit::Node* gather, std::set<torch::jit::Node*>& nodes) {
+    std::vector<torch::jit::Value*> work(gather->inputs().begin(), gather->inputs().end());
+    while (!work.empty()) {
+      torch::jit::Node* producer = work.back()->node();
+      work.pop_back();
+      if (producer->owningBlock() != gather->owningBlock() || !after->isBefore(producer)) continue;
+      if (!isPureRead(producer)) return false;
+      if (nodes.insert(producer).second) {
+        for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
+      }
+    }
+    return true;
+  }
+
+  int prefetchIn(torch::jit::Block* block) {
+    std::vector<torch::jit::Node*> gathers;
+    for (torch::jit::Node* node : block->nodes()) {
+      if (node->kind() == ops::allGather()) gathers.push_back(node);
+    }
+    int split = 0;
+    for (size_t i = 1; i < gathers.size(); ++i) {
+      torch::jit::Node* previous = gathers[i - 1];
+      torch::jit::Node* gather = gathers[i];
+      torch::jit::Node* previousReshard = reshardOf(previous);
+      if (!previousReshard || !previousReshard->isBefore(gather)) continue;  // nested, not sequential
+      const Unit* previousUnit = unitOf(previous);
+      const Unit* unit = unitOf(gather);
+      if (!previousUnit || !unit) continue;
+      int64_t peak = openBytesAt(previous, previous) + footprint(previousUnit) + footprint(unit);
+      if (peak > budget_) {
+        context_.diagnostics().remark(kPassName, "no prefetch of unit '" + displayPath(unit->path) + "' in " + where_ +
+                                                     ": " + std::to_string(peak) + " bytes in flight would exceed the budget of " +
+                                                     std::to_string(budget_));
+        continue;
+      }
+      std::set<torch::jit::Node*> operands;
+      if (!movableOperands(previous, gather, operands)) continue;
+      std::vector<torch::jit::Node*> ordered;
+      for (torch::jit::Node* node : block->nodes()) {
+        if (operands.count(node)) ordered.push_back(node);
+      }
+      torch::jit::Node* insertAfter = previous;
+      for (torch::jit::Node* node : ordered) {
+        node->moveAfter(insertAfter);
+        insertAfter = node;
+      }
+      std::vector<torch::jit::Value*> inputs(gather->inputs().begin(), gather->inputs().end());
+      torch::jit::Node* start = graph_.create(ops::gatherStart(), inputs, 1);
+      start->output()->setType(c10::IntType::get());
+      start->insertAfter(insertAfter);
+      torch::jit::Node* wait = graph_.create(ops::gatherWait(), {start->output()}, 1);
+      wait->output()->setType(c10::ListType::ofTensors());
+      wait->insertBefore(gather);
+      gather->output()->replaceAllUsesWith(wait->output());
+      gather->destroy();
+      gathers[i] = wait;
+      ++split;
+      context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' prefetched during unit '" +
+                                                   displayPath(previousUnit->path) + "' in " + where_ +
+                                                   " (static peak " + std::to_string(peak) + " bytes)");
+    }
+    return split;
+  }
+
+  PassContext& context_;
+  const FsdpPlan& plan_;
+  torch::jit::Graph& graph_;
+  std::string representative_;
+  std::string where_;
+  int64_t budget_;
+};
+
+}  // namespace
+
+bool prefetchGathers(PassContext& context) {
+  const FsdpPlan* plan = context.plan();
+  if (!plan) return false;
+  int split = 0;
+  for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
+    for (torch::jit::Function* function : type->methods()) {
+      auto graph = graphOf(function);
+      split += Prefetcher(context, *plan, *graph, representative,
+                          type->name()->qualifiedName() + "::" + function->name())
+                   .run();
+    }
+  }
+  context.statistics().add("gathers prefetched", split);
+  return split > 0;
+}
+
+}  // namespace fsdp_opt
