@@ -7,7 +7,8 @@
 // prim::GetAttr chains) move up with the start. One gather is in flight at a time, and only
 // while the static peak (units open around the pair + footprints of A and B, a unit's footprint
 // counting the units nested in it) stays within --max-unsharded-bytes, so the budget bounds
-// prefetch memory too. Runtime: the start allocates B's full buffers, so they count from then.
+// prefetch memory too; under a budget only root methods are prefetched, since elsewhere the
+// callers' open gathers are not in view. Runtime: the start allocates B's full buffers, so they count from then.
 // Assumes: bucket-gathers ran (buckets are final); gathers paired in one block.
 // Guarantees: every wait follows its start in the same block and feeds exactly one reshard.
 //
@@ -169,7 +170,11 @@ bool prefetchGathers(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
   int split = 0;
+  auto rootType = context.module().type();
   for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
+    // Under a budget, only root methods: elsewhere the callers' open gathers are not in view,
+    // so the peak could not be bounded (as for hoist-loop-gathers).
+    if (context.options().maxUnshardedBytes && type != rootType) continue;
     for (torch::jit::Function* function : type->methods()) {
       auto graph = graphOf(function);
       split += Prefetcher(context, *plan, *graph, representative,

@@ -55,6 +55,8 @@ std::vector<std::string> defaultPipeline() {
       "hoist-loop-gathers",
       // Last of the scheduling passes: hoisting is what makes gathers adjacent.
       "bucket-gathers",
+      // After bucketing, so a bucket is prefetched whole; what is left per call overlaps.
+      "prefetch-gathers",
       // After every insertion, so the release covers all gathers a raise can skip.
       "reshard-on-raise",
       // Always last: the output must satisfy SPEC section 5.
