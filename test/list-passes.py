@@ -1,0 +1,26 @@
+# --list-passes prints every registered pass, one line each (name, then a summary), sorted by
+# name, on stdout; exit 0, no input needed.
+#
+# RUN: %python -m lit_helpers run fsdp-opt --list-passes | FileCheck %s --match-full-lines
+# CHECK:      [stdout]
+# CHECK-NEXT: bucket-gathers {{[^ ].+}}
+# CHECK-NEXT: eliminate-redundant-gathers {{[^ ].+}}
+# CHECK-NEXT: hoist-loop-gathers {{[^ ].+}}
+# CHECK-NEXT: inline-loop-calls {{[^ ].+}}
+# CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
+# CHECK-NEXT: lint-sharded-reads {{[^ ].+}}
+# CHECK-NEXT: reshard-on-raise {{[^ ].+}}
+# CHECK-NEXT: specialize-unit-types {{[^ ].+}}
+# CHECK-NEXT: verify-fsdp {{[^ ].+}}
+# CHECK-NEXT: wrap-entry-methods {{[^ ].+}}
+# CHECK-NEXT: [stderr]
+# CHECK-NEXT: [exit 0]
+#
+# The summaries say what each pass does.
+# RUN: fsdp-opt --list-passes | FileCheck %s --check-prefix=SUMMARY
+# SUMMARY: bucket-gathers {{.*}}collective
+# SUMMARY: hoist-loop-gathers {{.*}}loop
+# SUMMARY: insert-unit-gathers {{.*}}fsdp::all_gather/fsdp::reshard
+# SUMMARY: reshard-on-raise {{.*}}release_all
+# SUMMARY: specialize-unit-types {{.*}}types
+# SUMMARY: verify-fsdp {{.*}}check
