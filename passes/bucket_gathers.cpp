@@ -144,8 +144,12 @@ class Bucketer {
 
 bool bucketGathers(PassContext& context) {
   const FsdpPlan* plan = context.plan();
-  if (!plan || context.options().bucketBytes <= 0) return false;
+  if (!plan) return false;
   int merged = 0;
+  if (context.options().bucketBytes <= 0) {
+    context.statistics().add("gathers merged into buckets", 0);
+    return false;
+  }
   for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
     for (torch::jit::Function* function : type->methods()) {
       auto graph = graphOf(function);

@@ -79,8 +79,8 @@ class LoopHoister {
         if (node == anchor) break;
         if (node->kind() != ops::allGather()) continue;
         torch::jit::Node* reshard = reshardOf(node);
-        const Unit* unit = unitOf(node);
-        if (unit && reshard && anchor->isBefore(reshard)) bytes += unit->bytes();
+        if (!reshard || !anchor->isBefore(reshard)) continue;
+        for (const Unit* unit : unitsOfGather(node, graph_, "", plan_)) bytes += unit->bytes();
       }
     }
     return bytes;

@@ -85,7 +85,10 @@ bool inlineLoopCalls(PassContext& context) {
           context.diagnostics().remark(kPassName, "inlined " + callee->qualname().qualifiedName() +
                                                       " into the loop of " + type->name()->qualifiedName() +
                                                       "::" + function->name());
-          torch::jit::inlineCallTo(call, &torch::jit::toGraphFunction(*callee));
+          // The callee's own graph, not its optimized (fully inlined) one: the calls it makes
+          // stay calls, and the inlined IR reads as the source did.
+          auto& graphFunction = torch::jit::toGraphFunction(*callee);
+          torch::jit::inlineCallTo(call, &graphFunction, graphFunction.graph().get());
           ++inlined;
         }
       }

@@ -59,12 +59,16 @@ class Prefetcher {
     }
   }
 
+  // The single unit a gather unshards (nullptr for a bucket or an unknown list).
   const Unit* unitOf(torch::jit::Node* gather) {
-    torch::jit::Node* operands = gather->kind() == ops::gatherWait() ? gather->input(0)->node() : gather;
-    torch::jit::Node* unitPath = operands->input(2)->node();
-    if (unitPath->kind() != c10::prim::GetAttr || unitPath->s(c10::attr::name) != kUnitPathAttr) return nullptr;
-    auto path = pathFromSelf(unitPath->input(0), graph_.inputs().at(0));
-    return path ? plan_.unitAt(joinPath(representative_, *path)) : nullptr;
+    auto units = unitsOfGather(gather, graph_, representative_, plan_);
+    return units.size() == 1 ? units.front() : nullptr;
+  }
+
+  int64_t ownBytes(torch::jit::Node* gather) {
+    int64_t bytes = 0;
+    for (const Unit* unit : unitsOfGather(gather, graph_, representative_, plan_)) bytes += unit->bytes();
+    return bytes;
   }
 
   int64_t footprint(const Unit* unit) {
@@ -83,8 +87,7 @@ class Prefetcher {
         if (node == at) break;
         if (node == exclude || !ops::isGatherResult(node)) continue;
         torch::jit::Node* reshard = reshardOf(node);
-        const Unit* unit = unitOf(node);
-        if (unit && reshard && at->isBefore(reshard)) bytes += unit->bytes();
+        if (reshard && at->isBefore(reshard)) bytes += ownBytes(node);
       }
     }
     return bytes;

@@ -1,5 +1,7 @@
 #include "fsdp_ops.h"
 
+#include <algorithm>
+
 #include "module_tree.h"
 
 #include <fsdp_opt/pattern.h>
@@ -101,6 +103,23 @@ std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Va
     value = node->input(0);
   }
   return path;
+}
+
+std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Graph& graph,
+                                       const std::string& representative, const FsdpPlan& plan) {
+  std::vector<const Unit*> units;
+  torch::jit::Node* operands = gather->kind() == ops::gatherWait() ? gather->input(0)->node() : gather;
+  torch::jit::Node* list = operands->input(0)->node();
+  if (list->kind() != c10::prim::ListConstruct) return units;
+  for (torch::jit::Value* element : list->inputs()) {
+    if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);
+    if (element->node()->kind() != c10::prim::GetAttr) continue;
+    auto owner = pathFromSelf(element->node()->input(0), graph.inputs().at(0));
+    if (!owner) continue;
+    const Unit* unit = plan.unitOfParam(joinPath(joinPath(representative, *owner), element->node()->s(c10::attr::name)));
+    if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+  }
+  return units;
 }
 
 }  // namespace fsdp_opt

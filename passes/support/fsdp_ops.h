@@ -52,4 +52,10 @@ std::string moduleChainKey(torch::jit::Value* module);
 // The path of a module value reached from `self` through prim::GetAttr nodes, relative to self.
 std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self);
 
+// The units whose parameters a gather (all_gather, all_gather_start or the wait of one) unshards,
+// found from its parameter list: one unit, or several for a bucket. `representative` is the
+// path of an instance of the graph's class type, for graphs of non-root types.
+std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Graph& graph,
+                                       const std::string& representative, const FsdpPlan& plan);
+
 }  // namespace fsdp_opt
