@@ -9,10 +9,10 @@
 # RUN: %python %s %t/in.pt
 # RUN: fsdp-opt %t/in.pt --fsdp-unit=. --fsdp-unit=step -o %t/out.pt
 # RUN: %python %s --check %t/out.pt | FileCheck %s --match-full-lines
-# CHECK:      forward: 6 fsdp ops [all_gather, all_gather, check_rank, release_all, reshard, reshard]
-# CHECK-NEXT: forward: after dce 6, after cse 6, after constant propagation + dce 6
-# CHECK-NEXT: repeat: 4 fsdp ops [all_gather, all_gather, reshard, reshard]
-# CHECK-NEXT: repeat: after dce 4, after cse 4, after constant propagation + dce 4
+# CHECK:      forward: gathers 2, check_rank True, release_all True, reshards 2
+# CHECK-NEXT: forward: all kept by dce True, by cse True, by constant propagation + dce True
+# CHECK-NEXT: repeat: gathers 2, check_rank False, release_all False, reshards 2
+# CHECK-NEXT: repeat: all kept by dce True, by cse True, by constant propagation + dce True
 
 import sys
 
@@ -51,22 +51,25 @@ class Model(nn.Module):
 
 
 def summary(graph):
-    return sorted(node.kind().split("::")[1] for node in lh.fsdp_nodes(graph))
+    kinds = [node.kind() for node in lh.fsdp_nodes(graph)]
+    return "gathers %d, check_rank %s, release_all %s, reshards %d" % (
+        lh.count_gathers(graph), "fsdp::check_rank" in kinds, "fsdp::release_all" in kinds,
+        kinds.count("fsdp::reshard"))
 
 
 if sys.argv[1] == "--check":
     m = lh.load_rewritten(sys.argv[2])
     for name, method in [("forward", m.forward), ("repeat", m.step.repeat)]:
         graph = method.graph.copy()
-        ops = summary(graph)
-        print("%s: %d fsdp ops [%s]" % (name, len(ops), ", ".join(ops)))
+        print("%s: %s" % (name, summary(graph)))
+        before = lh.count_fsdp_ops(graph)
         torch._C._jit_pass_dce(graph)
         after_dce = lh.count_fsdp_ops(graph)
         torch._C._jit_pass_cse(graph)
         after_cse = lh.count_fsdp_ops(graph)
         torch._C._jit_pass_constant_propagation(graph)
         torch._C._jit_pass_dce(graph)
-        print("%s: after dce %d, after cse %d, after constant propagation + dce %d"
-              % (name, after_dce, after_cse, lh.count_fsdp_ops(graph)))
+        print("%s: all kept by dce %s, by cse %s, by constant propagation + dce %s"
+              % (name, after_dce == before, after_cse == before, lh.count_fsdp_ops(graph) == before))
 else:
     lh.save(Model(), sys.argv[1])

@@ -6,8 +6,9 @@
 # RUN: %python -m fsdp_models nested -o %t/marked.pt
 # RUN: fsdp-opt %t/flags.pt --fsdp-unit=outer --fsdp-unit=outer.inner --print-ir > %t/flags.ir
 # RUN: fsdp-opt %t/marked.pt --print-ir > %t/marked.ir
+# RUN: fsdp-opt %t/marked.pt --print-ir --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods > %t/marked.pinned.ir
 # RUN: %python -m lit_helpers diff %t/flags.ir %t/marked.ir
-# RUN: FileCheck %s < %t/marked.ir
+# RUN: FileCheck %s < %t/marked.pinned.ir
 # CHECK-LABEL: // . : __torch__.NestedUnits :: forward
 # CHECK:       fsdp::all_gather
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%outer.1

@@ -7,7 +7,7 @@
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t/in.pt
-# RUN: fsdp-opt %t/in.pt --fsdp-unit=conv --fsdp-unit=opt --print-ir --method=forward | FileCheck %s
+# RUN: fsdp-opt %t/in.pt --fsdp-unit=conv --fsdp-unit=opt --print-ir --method=forward --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods | FileCheck %s
 # CHECK-LABEL: // . : __torch__.Model :: forward
 # CHECK:       %[[W1:.*]] : Tensor = prim::GetAttr[name="weight"](%conv.1)
 # CHECK-NEXT:  %[[B1:.*]] : Tensor? = prim::GetAttr[name="bias"](%conv.1)

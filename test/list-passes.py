@@ -9,6 +9,7 @@
 # CHECK-NEXT: inline-loop-calls {{[^ ].+}}
 # CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
 # CHECK-NEXT: lint-sharded-reads {{[^ ].+}}
+# CHECK-NEXT: prefetch-gathers {{[^ ].+}}
 # CHECK-NEXT: reshard-on-raise {{[^ ].+}}
 # CHECK-NEXT: specialize-unit-types {{[^ ].+}}
 # CHECK-NEXT: verify-fsdp {{[^ ].+}}

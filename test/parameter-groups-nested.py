@@ -4,7 +4,7 @@
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python -m fsdp_models nested -o %t/in.pt
-# RUN: fsdp-opt %t/in.pt --print-ir --method=forward | FileCheck %s
+# RUN: fsdp-opt %t/in.pt --print-ir --method=forward --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods | FileCheck %s
 #
 # The root calls outer with outer's own four parameters (pre.weight, pre.bias, post.weight,
 # post.bias: rows 8 each), and reads nothing of inner to do so.

@@ -5,8 +5,10 @@
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python -m fsdp_models gpt -o %t/in.pt
+# The IR as insert-unit-gathers and wrap-entry-methods leave it (later passes schedule gathers).
 # RUN: fsdp-opt %t/in.pt --fsdp-unit=. '--fsdp-unit=blocks.*' --remarks --print-ir --method=forward \
-# RUN:   --world-size=2 -o %t/out 2>%t/remarks | FileCheck %s
+# RUN:   --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods 2>%t/remarks | FileCheck %s
+# RUN: fsdp-opt %t/in.pt --fsdp-unit=. '--fsdp-unit=blocks.*' --world-size=2 -o %t/out
 # RUN: FileCheck %s --check-prefix=REMARK < %t/remarks
 # REMARK: remark: [parameter-groups] tied parameter 'wte.weight', 'lm_head.weight' joins the group of unit '.'
 #

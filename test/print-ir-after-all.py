@@ -4,7 +4,7 @@
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python -m fsdp_models shared_type -o %t/in.pt
 # RUN: fsdp-opt %t/in.pt --print-ir-after-all --method=forward 2>%t/all.err >%t/all.out
-# The default pipeline of docs/passes.md, in its order, each pass once.
+# The default pipeline (passes/register_passes.cpp, docs/passes.md), in order, each pass once.
 # RUN: FileCheck %s < %t/all.err --implicit-check-not='IR after'
 # CHECK: // *** IR after specialize-unit-types ***
 # CHECK: // *** IR after lint-sharded-reads ***
@@ -14,6 +14,7 @@
 # CHECK: // *** IR after eliminate-redundant-gathers ***
 # CHECK: // *** IR after hoist-loop-gathers ***
 # CHECK: // *** IR after bucket-gathers ***
+# CHECK: // *** IR after prefetch-gathers ***
 # CHECK: // *** IR after reshard-on-raise ***
 # CHECK: // *** IR after verify-fsdp ***
 # RUN: FileCheck %s --check-prefix=ORDER < %t/all.err

@@ -7,7 +7,8 @@
 # RUN: %python %s %t/in.pt | FileCheck %s --check-prefix=SCRIPTED
 # SCRIPTED: one type before: True
 #
-# RUN: fsdp-opt %t/in.pt '--fsdp-unit=*' --remarks --print-ir -o %t/out.pt 2>%t/remarks | FileCheck %s
+# RUN: fsdp-opt %t/in.pt '--fsdp-unit=*' --remarks --print-ir --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods 2>%t/remarks | FileCheck %s
+# RUN: fsdp-opt %t/in.pt '--fsdp-unit=*' -o %t/out.pt
 # RUN: FileCheck %s --check-prefix=REMARK --implicit-check-not='[specialize-unit-types]' < %t/remarks
 # REMARK-DAG: [specialize-unit-types] instance 'p' of __torch__.Gain gets type __torch__.Gain__fsdp{{[0-9]+}}
 # REMARK-DAG: [specialize-unit-types] instance 'q' of __torch__.Gain gets type __torch__.Gain__fsdp{{[0-9]+}}

@@ -32,4 +32,4 @@ print("rank %d of %d, manifest sha256 set: %s" % (m._fsdp_rank, m._fsdp_world_si
 params = dict(m.named_parameters())
 print("parameters whole and equal:", params.keys() == original.keys()
       and all(torch.equal(params[k], original[k]) for k in original))
-print("gathers in forward:", sum(n.kind() == "fsdp::all_gather" for n in lh.fsdp_nodes(m.forward.graph)))
+print("gathers in forward:", lh.count_gathers(m.forward.graph))

@@ -4,7 +4,7 @@
 # (right before the return); other root methods are not, and no submodule method gets either.
 #
 # RUN: %python %s %t.pt
-# RUN: fsdp-opt %t.pt --fsdp-unit=. --fsdp-unit=body --print-ir | FileCheck %s
+# RUN: fsdp-opt %t.pt --fsdp-unit=. --fsdp-unit=body --print-ir --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods | FileCheck %s
 #
 # CHECK-LABEL: // . : __torch__.Model :: forward
 # CHECK-NEXT:  graph(%self.1 : __torch__.Model,
@@ -44,7 +44,7 @@
 # CHECK-NOT:   fsdp::check_rank
 #
 # With the root not a unit, root methods get the check only.
-# RUN: fsdp-opt %t.pt --fsdp-unit=body --print-ir --method=forward | FileCheck %s --check-prefix=PLAIN
+# RUN: fsdp-opt %t.pt --fsdp-unit=body --print-ir --method=forward --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods | FileCheck %s --check-prefix=PLAIN
 # PLAIN-LABEL:   // . : __torch__.Model :: forward
 # PLAIN:         fsdp::check_rank
 # PLAIN-COUNT-1: fsdp::all_gather

@@ -6,6 +6,7 @@ From a test file (which scripts its own model and checks its own output):
     lh.sha256(path)                       # hex digest of a file
     lh.load_rewritten(path)               # torch.ops.load_library(runtime) + torch.jit.load
     lh.count_fsdp_ops(graph)              # fsdp:: nodes in a graph, nested blocks included
+    lh.count_gathers(graph)               # gathers issued: fsdp::all_gather + fsdp::all_gather_start
 
 From a RUN line:
     %python -m lit_helpers sha256 FILE...       # "<hex> <basename>" per file
@@ -75,6 +76,12 @@ def fsdp_nodes(block):
 
 def count_fsdp_ops(graph) -> int:
     return len(fsdp_nodes(graph))
+
+
+def count_gathers(graph) -> int:
+    """Gathers in a graph, in either form of SPEC section 5: fsdp::all_gather, or the split
+    fsdp::all_gather_start (whose fsdp::all_gather_wait is not counted again)."""
+    return sum(n.kind() in ("fsdp::all_gather", "fsdp::all_gather_start") for n in fsdp_nodes(graph))
 
 
 def tree(path: str) -> str:
