@@ -101,13 +101,17 @@ bool verifyFsdp(PassContext& context) {
       checkSurvivesDce(where, *graph, diagnostics);
     }
   }
-  // Before the rewrite (--verify-each after an early pass) reads are not yet guarded.
-  int fsdpOps = 0;
-  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) fsdpOps += countFsdpOps(graphOf(function)->block());
+  // Reads are guarded only once the rewrite is complete: call sites (insert-unit-gathers) and
+  // entry methods (wrap-entry-methods, which puts fsdp::check_rank in every root method). Under
+  // --verify-each, earlier pipeline states are only checked for pairing and DCE survival.
+  bool entriesWrapped = true;
+  for (torch::jit::Function* function : context.module().type()->methods()) {
+    bool checked = false;
+    for (torch::jit::Node* node : graphOf(function)->block()->nodes()) checked = checked || node->kind() == ops::checkRank();
+    entriesWrapped = entriesWrapped && checked;
   }
   const FsdpPlan* plan = context.plan();
-  if (plan && fsdpOps > 0 && context.options().worldSize > 1) {
+  if (plan && entriesWrapped && context.options().worldSize > 1) {
     std::set<std::string> reported;
     WalkObserver observer;
     observer.onParamRead = [&](const ParamRead& read) {

@@ -48,10 +48,9 @@ bool wrapEntryMethods(PassContext& context) {
   for (torch::jit::Function* function : root.type()->methods()) {
     auto graph = graphOf(function);
     torch::jit::Block* body = graph->block();
-    if (body->nodes().begin() != body->nodes().end() &&
-        (*body->nodes().begin())->kind() == ops::checkRank()) {
-      continue;
-    }
+    bool wrapped = false;
+    for (torch::jit::Node* node : body->nodes()) wrapped = wrapped || node->kind() == ops::checkRank();
+    if (wrapped) continue;
     torch::jit::Value* self = graph->inputs().at(0);
     {
       torch::jit::WithInsertPoint atStart(*body->nodes().begin());

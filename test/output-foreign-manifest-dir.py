@@ -2,10 +2,9 @@
 # "fsdp-opt"). A user's directory that merely has a file named manifest.json (a web app's, a
 # dataset's) is not, so -o over it must fail and leave it untouched.
 #
-# BUG (reported): the shard writer treats any directory containing a file named manifest.json
+# Regression test (fixed): the shard writer treats any directory containing a file named manifest.json
 # as a previous output and REPLACES it: the user's notes.txt and manifest.json are deleted and
 # the command exits 0.
-# XFAIL: *
 #
 # RUN: rm -rf %t && mkdir -p %t/webapp
 # RUN: %python -m fsdp_models two_blocks -o %t/in.pt

@@ -1,10 +1,9 @@
 # The "call site rewritten" remark names the unit by its module path. For a call on `self`
 # (a non-forward method of a unit calling its own forward) that is the unit's own path.
 #
-# BUG (reported): insert-unit-gathers joins the representative path and the (empty) path from
+# Regression test (fixed): insert-unit-gathers joins the representative path and the (empty) path from
 # self with a dot, printing "unit 'child.' method forward in __torch__.Child::twice" (and
 # "unit 'lm.'" for the GPT's generate); for the root it happens to print '.'.
-# XFAIL: *
 #
 # RUN: %python %s %t.pt
 # RUN: fsdp-opt %t.pt --fsdp-unit=child --remarks 2>&1 >/dev/null | FileCheck %s --match-full-lines

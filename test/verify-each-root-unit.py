@@ -1,11 +1,10 @@
 # --verify-each must accept every correct pipeline: the default pipeline on a model whose ROOT
 # is a unit, at world size 2, succeeds without the flag and must succeed with it.
 #
-# BUG (reported): after insert-unit-gathers the verifier's sharded-read check already runs
+# Regression test (fixed): after insert-unit-gathers the verifier's sharded-read check already runs
 # (fsdp ops exist), but the root's gather is only inserted by the next pass, wrap-entry-methods;
 # every read of a root-group parameter is reported ("parameter 'head.weight' of unit '.' is
 # read while sharded ...", "verification failed after pass 'insert-unit-gathers'"), exit 1.
-# XFAIL: *
 #
 # RUN: %python -m fsdp_models nested -o %t.pt
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --world-size=2 --print-ir --method=forward > %t.plain.ir

@@ -1,10 +1,9 @@
 # wrap-entry-methods documents itself as idempotent: a second run must add neither a second
 # rank check nor a second gather of the root unit.
 #
-# BUG (reported): the pass looks for fsdp::check_rank as the FIRST node of the body, but the
+# Regression test (fixed): the pass looks for fsdp::check_rank as the FIRST node of the body, but the
 # first nodes are the prim::GetAttr reads of its operands, so every rerun inserts another check
 # (and, for a root unit, another nested gather/reshard pair).
-# XFAIL: *
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python -m fsdp_models two_blocks -o %t/in.pt

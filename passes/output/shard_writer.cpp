@@ -12,6 +12,8 @@
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/export.h>
 
+#include <nlohmann/json.hpp>
+
 #include <filesystem>
 #include <fstream>
 #include <stdexcept>
@@ -48,6 +50,16 @@ void applyUmask(const fs::path& path, bool directory) {
   umask(mask);
   auto mode = static_cast<fs::perms>((directory ? 0777 : 0666) & ~mask);
   fs::permissions(path, mode);
+}
+
+// A previous fsdp-opt output: its manifest.json says so. A directory that merely holds some
+// other manifest.json (a web app's, a dataset's) is the user's and is never replaced.
+bool isFsdpOptOutput(const fs::path& dir) {
+  std::ifstream in(dir / "manifest.json");
+  if (!in) return false;
+  auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  return manifest.is_object() && manifest.value("tool", "") == "fsdp-opt" &&
+         manifest.contains("format_version");
 }
 
 void setRankAttributes(torch::jit::Module& module, int64_t rank, int64_t worldSize,
@@ -98,7 +110,7 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int
     throw std::runtime_error("output '" + dir + "' exists and is not a directory");
   }
   bool replacing = fs::exists(target);
-  if (replacing && !fs::is_empty(target) && !fs::exists(target / "manifest.json")) {
+  if (replacing && !fs::is_empty(target) && !isFsdpOptOutput(target)) {
     throw std::runtime_error("output directory '" + dir + "' is not empty and holds no fsdp-opt output; refusing to replace it");
   }
   std::string manifestSha256 = sha256Hex(manifestText);

@@ -47,6 +47,7 @@ bool matchModulePattern(const std::string& pattern, const std::string& modulePat
 }
 
 std::string joinPath(const std::string& parent, const std::string& name) {
+  if (name.empty()) return parent;
   return parent.empty() ? name : parent + "." + name;
 }
 

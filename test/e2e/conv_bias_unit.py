@@ -7,8 +7,7 @@
 # the pipeline: Expected a list element that subtypes 'Tensor' but got an element of type
 # 'Optional[Tensor]'" (insertUnitGather in passes/support/fsdp_ops.cpp builds the gather's
 # Tensor[] list with graph.createList(TensorType) straight from the prim::GetAttr values,
-# one of which is Optional[Tensor]). Remove the XFAIL line when that is fixed.
-# XFAIL: *
+# one of which is Optional[Tensor]).
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t

@@ -9,8 +9,7 @@
 # "error: internal error while running the pipeline: Expected a list element that subtypes
 # 'Tensor' but got an element of type 'Optional[Tensor]'" for any unit whose group holds an
 # nn.Conv2d bias (TorchScript types it Optional[Tensor]); conv_bias_unit.py is the minimal
-# case. Remove the XFAIL line when that is fixed.
-# XFAIL: *
+# case.
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %S/vit_forward_features.py --root-unit --refused --worlds 1,2 %t

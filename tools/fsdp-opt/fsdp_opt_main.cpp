@@ -15,6 +15,7 @@
 
 #include <filesystem>
 #include <iostream>
+#include <set>
 #include <sstream>
 
 namespace {
@@ -72,7 +73,9 @@ void printStatistics(PassContext& context, const FsdpPlan& plan, int64_t worldSi
     }
   }
   int64_t allBytes = 0;
+  std::set<c10::TensorImpl*> counted;  // a tied parameter is one tensor in several slots
   for (const auto& item : context.module().named_parameters(/*recurse=*/true)) {
+    if (!counted.insert(item.value.unsafeGetTensorImpl()).second) continue;
     allBytes += static_cast<int64_t>(item.value.numel() * item.value.element_size());
   }
   std::cout << "stats:\n";
