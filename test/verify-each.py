@@ -15,12 +15,13 @@
 # GOOD-COUNT-1: fsdp::all_gather
 #
 # Bad: the parent's `peek` also reads child.fc.bias directly. At world size 2 the reads are rejected
-# right after insert-unit-gathers, the first pass that inserts fsdp ops.
+# as soon as the rewrite is complete, i.e. right after wrap-entry-methods (before it, the
+# verifier checks only pairing and DCE survival: the root's entry gathers do not exist yet).
 # RUN: %python -m lit_helpers run fsdp-opt %t/bad.pt --fsdp-unit=child --world-size=2 --verify-each --method=peek \
 # RUN:   | FileCheck %s --check-prefix=BAD --implicit-check-not=error:
 # BAD:      [stderr]
 # BAD:      error: parameter 'child.fc.bias' of unit 'child' is read while sharded in method 'peek' of '.' (entry method 'peek')
-# BAD-NEXT: note: verification failed after pass 'insert-unit-gathers'
+# BAD-NEXT: note: verification failed after pass 'wrap-entry-methods'
 # BAD-NEXT: [exit 1]
 #
 # --verify-each with --print-ir-after-all: the IR after each pass up to the one whose
@@ -30,8 +31,9 @@
 # AFTER:     // *** IR after specialize-unit-types ***
 # AFTER:     // *** IR after lint-sharded-reads ***
 # AFTER:     // *** IR after insert-unit-gathers ***
+# AFTER:     // *** IR after wrap-entry-methods ***
 # AFTER-NOT: // *** IR after
-# AFTER:     note: verification failed after pass 'insert-unit-gathers'
+# AFTER:     note: verification failed after pass 'wrap-entry-methods'
 
 import sys
 
