@@ -9,6 +9,7 @@
 # Substitutions:
 #   %python / %PYTHON  the leg's Python (FSDP_OPT_PYTHON); PYTHONPATH has test/Inputs
 #   %runtime_lib       path of libfsdp_runtime.so (also in env FSDP_OPT_RUNTIME_LIB)
+#   %plugin_lib        path of libfsdp_test_plugin.so (test/plugin: adds the pass count-gathers)
 #   fsdp-opt, fsdp-run, FileCheck   full paths of the built tools and LLVM's FileCheck
 #   not                LLVM's `not`, where it stands as a command (line start, after | ; &&)
 # Environment: FSDP_OPT_TIMEOUT_S=60 and OMP_NUM_THREADS=1 unless set outside; PATH starts
@@ -85,6 +86,7 @@ def tool(name):
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%PYTHON", config.python_executable))
 config.substitutions.append(("%runtime_lib", config.fsdp_runtime_lib))
+config.substitutions.append(("%plugin_lib", config.fsdp_test_plugin_lib))
 config.substitutions.append((tool("fsdp-opt"), config.fsdp_opt_exe))
 config.substitutions.append((tool("fsdp-run"), config.fsdp_run_exe))
 config.substitutions.append((tool("FileCheck"), config.filecheck_path))
