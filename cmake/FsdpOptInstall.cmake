@@ -1,0 +1,42 @@
+# `cmake --install BUILD [--prefix PREFIX]`: headers, libraries, tools and the CMake package
+#   PREFIX/include/fsdp_opt/*.h
+#   PREFIX/lib/libfsdp_passes.so, libfsdp_runtime.so
+#   PREFIX/bin/fsdp-opt, fsdp-run
+#   PREFIX/lib/cmake/FsdpOpt/FsdpOptConfig.cmake (+ ConfigVersion, Targets): find_package(FsdpOpt)
+# Included from the top-level CMakeLists.txt after every target is defined.
+include(GNUInstallDirs)
+include(CMakePackageConfigHelpers)
+
+set(FSDP_OPT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/FsdpOpt")
+
+# runtime/ publishes include/ by its source path; an exported target must name the installed
+# headers instead (fsdp_passes already uses BUILD_INTERFACE/INSTALL_INTERFACE).
+set_property(TARGET fsdp_runtime PROPERTY INTERFACE_INCLUDE_DIRECTORIES
+  "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
+  "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
+
+# Installed binaries find our libraries beside them (lib/ from bin/), and torch's libraries in
+# the directories they were linked from (a venv's torch/lib is not on the loader's path).
+set_target_properties(fsdp_runtime fsdp_passes PROPERTIES
+  INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH TRUE)
+set_target_properties(fsdp-opt fsdp-run PROPERTIES
+  INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" INSTALL_RPATH_USE_LINK_PATH TRUE)
+
+install(TARGETS fsdp_runtime fsdp_passes fsdp-opt fsdp-run
+  EXPORT FsdpOptTargets
+  LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
+  RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+install(DIRECTORY ${PROJECT_SOURCE_DIR}/include/fsdp_opt
+  DESTINATION ${CMAKE_INSTALL_INCLUDEDIR} FILES_MATCHING PATTERN "*.h")
+install(EXPORT FsdpOptTargets NAMESPACE FsdpOpt:: DESTINATION ${FSDP_OPT_INSTALL_CMAKEDIR})
+
+configure_package_config_file(${CMAKE_CURRENT_LIST_DIR}/FsdpOptConfig.cmake.in
+  ${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfig.cmake
+  INSTALL_DESTINATION ${FSDP_OPT_INSTALL_CMAKEDIR}
+  PATH_VARS CMAKE_INSTALL_INCLUDEDIR)
+# 0.x: a minor version may change the C++ API.
+write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfigVersion.cmake
+  COMPATIBILITY SameMinorVersion)
+install(FILES ${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfig.cmake
+              ${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfigVersion.cmake
+  DESTINATION ${FSDP_OPT_INSTALL_CMAKEDIR})
