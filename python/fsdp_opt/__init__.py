@@ -1,0 +1,377 @@
+"""fsdp_opt: fsdp-opt's FSDP passes, in-process, on TorchScript modules.
+
+    import torch, fsdp_opt
+
+    model = GPT()
+    for block in model.blocks:
+        fsdp_opt.mark_unit(block)                          # sets block._fsdp_unit = True
+    fsdp_opt.mark_unit(model)
+    fsdp_opt.register_fsdp_forward_method(model, "generate")
+    scripted = torch.jit.script(model)                     # the markers travel with the model
+
+    sharded = fsdp_opt.transform(scripted, world_size=2, rank=int(os.environ["RANK"]))
+    sharded.generate(idx, 8)                               # gathers/reshards with the other ranks
+    fsdp_opt.stats()                                       # {"all_gathers": ..., ...}
+
+The work is done by the TorchScript ops of libfsdp_passes.so (`torch.ops.fsdp_opt.*`) and
+libfsdp_runtime.so (`torch.ops.fsdp.*`), loaded with torch.ops.load_library by `load()`, which
+every function here calls first. Where the libraries are found: see `load`.
+"""
+
+import os
+import shutil
+import sys
+import warnings
+from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
+
+import torch
+
+__all__ = [
+    "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes",
+    "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
+]
+__version__ = "0.1.0"
+
+_RUNTIME_LIB = "libfsdp_runtime.so"
+_PASSES_LIB = "libfsdp_passes.so"
+
+# Markers recorded on a ScriptModule (whose C++ type cannot take new attributes without
+# changing every instance of a shared type): plain Python attributes of the wrapper object,
+# read back by transform()/shard() from the root's named_modules().
+_RECORDED_UNIT = "_fsdp_opt_recorded_unit"
+_RECORDED_METHODS = "_fsdp_opt_recorded_forward_methods"
+
+# The markers of SPEC section 3, set on an nn.Module before scripting.
+_UNIT_MARKER = "_fsdp_unit"
+_METHODS_MARKER = "_fsdp_forward_methods"
+
+
+class FsdpOptError(RuntimeError):
+    """A transform or shard that failed; the message is fsdp-opt's error text."""
+
+
+class FsdpOptWarning(UserWarning):
+    """A warning of the pipeline (e.g. lint-sharded-reads)."""
+
+
+# ---- libraries -----------------------------------------------------------------------------
+
+_loaded_dir: Optional[str] = None
+_loaded_plugins: List[str] = []
+
+
+def _candidate_dirs() -> List[Tuple[str, str]]:
+    """(directory, why) in search order."""
+    env = os.environ.get("FSDP_OPT_LIB_DIR")
+    if env:
+        return [(env, "FSDP_OPT_LIB_DIR")]  # explicit: nowhere else
+    here = os.path.dirname(os.path.abspath(__file__))
+    dirs = [(os.path.join(here, "lib"), "next to the package"),
+            (os.path.join(sys.prefix, "lib"), "the Python prefix's lib/")]
+    tool = shutil.which("fsdp-opt")
+    if tool:
+        dirs.append((os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(tool))), "lib"),
+                     "the lib/ beside fsdp-opt on PATH"))
+    return dirs
+
+
+def lib_dir() -> str:
+    """The directory `load` takes the libraries from (without loading them)."""
+    searched = []
+    for path, why in _candidate_dirs():
+        if all(os.path.isfile(os.path.join(path, name)) for name in (_RUNTIME_LIB, _PASSES_LIB)):
+            return os.path.abspath(path)
+        searched.append("%s (%s)" % (path, why))
+    raise FsdpOptError(
+        "cannot find %s and %s; searched: %s. Set FSDP_OPT_LIB_DIR to the lib/ of a build "
+        "(build/t2/lib) or of a `cmake --install` prefix"
+        % (_RUNTIME_LIB, _PASSES_LIB, "; ".join(searched)))
+
+
+def load(path: Optional[str] = None) -> str:
+    """Loads libfsdp_runtime.so, then libfsdp_passes.so, with torch.ops.load_library, once per
+    process; returns their directory. Without `path` they are searched for in order:
+      1. $FSDP_OPT_LIB_DIR (only there, when set);
+      2. fsdp_opt/lib/ inside this package;
+      3. <sys.prefix>/lib (a `cmake --install --prefix` into the venv);
+      4. <prefix>/lib of the fsdp-opt found on PATH.
+    The libraries must have been built against this very torch."""
+    global _loaded_dir
+    if _loaded_dir is not None:
+        if path is not None and os.path.abspath(path) != _loaded_dir:
+            raise FsdpOptError("fsdp-opt libraries already loaded from %s; cannot load %s too"
+                               % (_loaded_dir, path))
+        return _loaded_dir
+    directory = os.path.abspath(path) if path is not None else lib_dir()
+    for name in (_RUNTIME_LIB, _PASSES_LIB):
+        library = os.path.join(directory, name)
+        if not os.path.isfile(library):
+            raise FsdpOptError("cannot load %s: no such file" % library)
+        try:
+            torch.ops.load_library(library)
+        except OSError as e:
+            raise FsdpOptError("cannot load %s (built against another torch than %s?): %s"
+                               % (library, torch.__version__, e)) from None
+    _loaded_dir = directory
+    return directory
+
+
+def load_plugin(path: str) -> None:
+    """Loads a pass plugin (a shared library whose static fsdp_opt::PassRegistration objects
+    add passes); its passes can then be named in `passes=`."""
+    load()
+    path = os.path.abspath(path)
+    if path in _loaded_plugins:
+        return
+    if not os.path.isfile(path):
+        raise FsdpOptError("cannot load pass plugin '%s': no such file" % path)
+    try:
+        torch.ops.load_library(path)
+    except OSError as e:
+        raise FsdpOptError("cannot load pass plugin '%s': %s" % (path, e)) from None
+    _loaded_plugins.append(path)
+
+
+def list_passes() -> Dict[str, str]:
+    """Registered passes (built-in and from loaded plugins): name -> one-line summary."""
+    load()
+    passes = {}
+    for line in torch.ops.fsdp_opt.list_passes():
+        name, _, summary = line.partition(": ")
+        passes[name] = summary
+    return passes
+
+
+# ---- markers -------------------------------------------------------------------------------
+
+def _is_script_module(module) -> bool:
+    return isinstance(module, torch.jit.ScriptModule)
+
+
+def mark_unit(module: torch.nn.Module) -> torch.nn.Module:
+    """Makes `module` an FSDP unit, as fully_shard(module) would. On an nn.Module (before
+    torch.jit.script) it sets the marker `module._fsdp_unit = True`, which scripting keeps; on a
+    ScriptModule it records the mark, and transform()/shard() of the root pass it on as a
+    unit. Returns the module."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError("mark_unit expects an nn.Module or a ScriptModule, got %s" % type(module).__name__)
+    if _is_script_module(module):
+        object.__setattr__(module, _RECORDED_UNIT, True)
+    else:
+        setattr(module, _UNIT_MARKER, True)
+    return module
+
+
+def register_fsdp_forward_method(module: torch.nn.Module, method_name: str) -> None:
+    """Registers `method_name` as a forward method of `module` (FSDP2's function of the same
+    name): calls of it see the unit's parameters unsharded. On an nn.Module it appends to the
+    marker `module._fsdp_forward_methods` (the method must be compiled by torch.jit.script:
+    decorate it with @torch.jit.export); on a ScriptModule it records the registration for
+    transform()/shard(). On a module that is not a unit it is a no-op (reported as a remark)."""
+    if not isinstance(module, torch.nn.Module):
+        raise TypeError("register_fsdp_forward_method expects an nn.Module or a ScriptModule, got %s"
+                        % type(module).__name__)
+    if not isinstance(method_name, str) or not method_name:
+        raise TypeError("method_name must be a non-empty str, got %r" % (method_name,))
+    if _is_script_module(module):
+        if not module._c._has_method(method_name):
+            raise ValueError("%s has no TorchScript method '%s' (export it with @torch.jit.export "
+                             "before scripting)" % (module.original_name, method_name))
+        methods = list(getattr(module, _RECORDED_METHODS, []))
+        if method_name not in methods:
+            methods.append(method_name)
+        object.__setattr__(module, _RECORDED_METHODS, methods)
+    else:
+        if not callable(getattr(module, method_name, None)):
+            raise ValueError("%s has no method '%s'" % (type(module).__name__, method_name))
+        methods = list(getattr(module, _METHODS_MARKER, []))
+        if method_name not in methods:
+            methods.append(method_name)
+        setattr(module, _METHODS_MARKER, methods)
+
+
+def _recorded(root) -> Tuple[List[str], List[str]]:
+    """Units and PATTERN:METHOD specs recorded on `root` and its submodules."""
+    units, methods = [], []
+    for name, module in root.named_modules():
+        path = name or "."
+        if getattr(module, _RECORDED_UNIT, False):
+            units.append(path)
+        for method in getattr(module, _RECORDED_METHODS, []):
+            methods.append("%s:%s" % (path, method))
+    return units, methods
+
+
+# ---- transform and shard -------------------------------------------------------------------
+
+ForwardMethod = Union[str, Tuple[str, str]]
+
+
+def _strings(value, what: str) -> List[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    items = list(value)
+    for item in items:
+        if not isinstance(item, str):
+            raise TypeError("%s must be strings, got %r" % (what, item))
+    return items
+
+
+def _forward_method_specs(forward_methods: Optional[Iterable[ForwardMethod]]) -> List[str]:
+    if forward_methods is None:
+        return []
+    if isinstance(forward_methods, str):
+        forward_methods = [forward_methods]
+    specs = []
+    for item in forward_methods:
+        if isinstance(item, str):
+            specs.append(item)
+        elif isinstance(item, (tuple, list)) and len(item) == 2 and all(isinstance(x, str) for x in item):
+            specs.append("%s:%s" % tuple(item))
+        else:
+            raise TypeError("forward_methods takes 'PATTERN:METHOD' strings or (pattern, method) pairs, got %r"
+                            % (item,))
+    return specs
+
+
+def _size(value, what: str) -> int:
+    if value is None:
+        return -1
+    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+        raise ValueError("%s must be a non-negative int (bytes) or None, got %r" % (what, value))
+    return value
+
+
+def _message(error: Exception) -> str:
+    """The error text without a C++ stack trace."""
+    text = str(error)
+    for marker in ("\nException raised from", "\nframe #0"):
+        if marker in text:
+            text = text[:text.index(marker)]
+    return text.strip()
+
+
+def _arguments(script_module, units, forward_methods, world_size, passes, max_unsharded_bytes,
+               bucket_bytes, param_dtype):
+    if not _is_script_module(script_module):
+        raise TypeError("expected a ScriptModule (torch.jit.script(model) or torch.jit.load(path)), got %s"
+                        % type(script_module).__name__)
+    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
+        raise ValueError("world_size must be an int >= 1, got %r" % (world_size,))
+    recorded_units, recorded_methods = _recorded(script_module)
+    args = [script_module._c,
+            _strings(units, "units") + recorded_units,
+            _forward_method_specs(forward_methods) + recorded_methods,
+            world_size]
+    if isinstance(passes, str):
+        passes = [p for p in passes.split(",") if p]
+    tail = [_strings(passes, "passes"), _size(max_unsharded_bytes, "max_unsharded_bytes"),
+            _size(bucket_bytes, "bucket_bytes")]
+    kwargs = {}
+    if param_dtype is not None:
+        kwargs["param_dtype"] = param_dtype if isinstance(param_dtype, str) else _dtype_name(param_dtype)
+    return args, tail, kwargs
+
+
+def _dtype_name(dtype) -> str:
+    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+    if dtype not in names:
+        raise ValueError("param_dtype must be torch.bfloat16 or torch.float16, got %r" % (dtype,))
+    return names[dtype]
+
+
+def _report(lines: Sequence[str], diagnostics: Optional[list]) -> None:
+    for line in lines:
+        if line.startswith("warning: "):
+            warnings.warn(line[len("warning: "):], FsdpOptWarning, stacklevel=3)
+    if diagnostics is not None:
+        diagnostics.extend(lines)
+
+
+def transform(script_module: torch.jit.ScriptModule,
+              units: Optional[Iterable[str]] = None,
+              forward_methods: Optional[Iterable[ForwardMethod]] = None,
+              world_size: int = 1,
+              rank: Optional[int] = None,
+              passes: Optional[Union[str, Iterable[str]]] = None,
+              max_unsharded_bytes: Optional[int] = None,
+              bucket_bytes: Optional[int] = None,
+              param_dtype=None,
+              diagnostics: Optional[list] = None) -> torch.jit.ScriptModule:
+    """Runs fsdp-opt's pipeline in this process and returns the rewritten ScriptModule; the
+    input is left as it was (the result shares its parameter tensors until sharded).
+
+    units:            module-path patterns (`--fsdp-unit`), added to the markers in the model
+                      and those recorded by mark_unit() on ScriptModules.
+    forward_methods:  "PATTERN:METHOD" strings or (pattern, method) pairs (`--forward-method`),
+                      added to the markers and registrations.
+    world_size, rank: with a rank, the units' parameters are replaced by that rank's shards, so
+                      the result runs under torchrun with that RANK and WORLD_SIZE. Without one
+                      it keeps whole parameters (for world_size 1, or to inspect the rewrite).
+    passes:           pass names (list or "a,b,c") instead of the default pipeline.
+    max_unsharded_bytes, bucket_bytes: as the command-line flags; None is their default.
+    param_dtype:      gather in this dtype (torch.bfloat16/"bf16", torch.float16/"fp16"),
+                      where the libraries support it.
+    diagnostics:      a list that receives the remark and warning lines. Warnings are also
+                      issued as FsdpOptWarning.
+
+    Errors (a pattern matching no module, an unknown pass, a failed verification...) raise
+    FsdpOptError with fsdp-opt's error text."""
+    load()
+    args, tail, kwargs = _arguments(script_module, units, forward_methods, world_size, passes,
+                                    max_unsharded_bytes, bucket_bytes, param_dtype)
+    if rank is None:
+        rank = -1
+    elif not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
+        raise ValueError("rank must be None or an int in [0, %d), got %r" % (world_size, rank))
+    try:
+        module, lines = torch.ops.fsdp_opt.transform(*args, rank, *tail, **kwargs)
+    except RuntimeError as e:
+        raise FsdpOptError(_message(e)) from None
+    _report(lines, diagnostics)
+    return torch.jit._recursive.wrap_cpp_module(module)
+
+
+def shard(script_module: torch.jit.ScriptModule,
+          output: str,
+          units: Optional[Iterable[str]] = None,
+          forward_methods: Optional[Iterable[ForwardMethod]] = None,
+          world_size: int = 1,
+          passes: Optional[Union[str, Iterable[str]]] = None,
+          max_unsharded_bytes: Optional[int] = None,
+          bucket_bytes: Optional[int] = None,
+          param_dtype=None,
+          diagnostics: Optional[list] = None) -> List[str]:
+    """Runs the pipeline and writes what `fsdp-opt -o OUTPUT` writes: for world_size > 1 the
+    directory OUTPUT with rank{r}.pt and manifest.json, otherwise the file OUTPUT. Returns the
+    paths of the rank files (torch.jit.load them after fsdp_opt.load()). Arguments and errors
+    as for transform()."""
+    load()
+    args, tail, kwargs = _arguments(script_module, units, forward_methods, world_size, passes,
+                                    max_unsharded_bytes, bucket_bytes, param_dtype)
+    output = os.fspath(output)
+    try:
+        lines = torch.ops.fsdp_opt.save(*args, output, *tail, **kwargs)
+    except RuntimeError as e:
+        raise FsdpOptError(_message(e)) from None
+    _report(lines, diagnostics)
+    if world_size == 1:
+        return [output]
+    return [os.path.join(output, "rank%d.pt" % r) for r in range(world_size)]
+
+
+# ---- runtime counters ----------------------------------------------------------------------
+
+def stats() -> Dict[str, int]:
+    """The runtime's counters (process-wide): all_gathers (collectives issued), gather_calls,
+    bytes_gathered, unsharded_bytes, peak_unsharded_bytes, reshards, ... (docs/runtime.md)."""
+    load()
+    return dict(torch.ops.fsdp.stats())
+
+
+def reset_stats() -> None:
+    """Zeroes the counters (unsharded_bytes is state and keeps its value)."""
+    load()
+    torch.ops.fsdp.reset_stats()

@@ -1,0 +1,95 @@
+"""transform(): the pipeline in-process on a ScriptModule; stats(); errors with fsdp-opt's text."""
+
+import os
+
+import pytest
+import torch
+
+from fsdp_test_helpers import same_bits
+
+
+def test_transform_in_process_is_exact_and_leaves_the_input(fsdp_opt, gpt):
+    model, x = gpt
+    scripted = torch.jit.script(model)
+    rewritten = fsdp_opt.transform(scripted, units=["blocks.*", "."], forward_methods=[(".", "generate")])
+    assert isinstance(rewritten, torch.jit.ScriptModule)
+    assert "fsdp::all_gather" in str(rewritten.graph)
+    assert "fsdp::" not in str(scripted.graph)  # the input keeps its graphs
+    assert same_bits(rewritten(x), scripted(x))
+    assert same_bits(rewritten.generate(x, 4), scripted.generate(x, 4))
+
+
+def test_stats_count_the_collectives(fsdp_opt, gpt):
+    model, x = gpt
+    rewritten = fsdp_opt.transform(torch.jit.script(model), units="blocks.*", bucket_bytes=0)
+    fsdp_opt.reset_stats()
+    rewritten(x)
+    stats = fsdp_opt.stats()
+    assert stats["all_gathers"] == 2 and stats["gather_calls"] == 2, stats
+    assert stats["bytes_gathered"] > 0 and stats["unsharded_bytes"] == 0
+    fsdp_opt.reset_stats()
+    assert fsdp_opt.stats()["all_gathers"] == 0
+
+
+def test_named_pipeline(fsdp_opt, gpt):
+    model, x = gpt
+    scripted = torch.jit.script(model)
+    passes = "specialize-unit-types,insert-unit-gathers,wrap-entry-methods,verify-fsdp"
+    rewritten = fsdp_opt.transform(scripted, units=["blocks.*"], passes=passes)
+    assert same_bits(rewritten(x), scripted(x))
+    assert set(passes.split(",")) <= set(fsdp_opt.list_passes())
+
+
+def test_sharding_for_a_rank_in_process(fsdp_opt, gpt):
+    model, _ = gpt
+    scripted = torch.jit.script(model)
+    rank1 = fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2, rank=1)
+    fc = getattr(rank1.blocks, "1").mlp.fc
+    full = getattr(scripted.blocks, "1").mlp.fc.weight
+    assert fc.weight.shape[0] == (full.shape[0] + 1) // 2
+    assert same_bits(fc.weight, full[full.shape[0] // 2:])
+    assert rank1._fsdp_rank == 1 and rank1._fsdp_world_size == 2
+
+
+def error_text(excinfo):
+    text = str(excinfo.value)
+    assert "Exception raised from" not in text and "frame #" not in text, text
+    return text
+
+
+def test_errors_raise_with_fsdp_opt_text(fsdp_opt, gpt):
+    model, _ = gpt
+    scripted = torch.jit.script(model)
+    with pytest.raises(fsdp_opt.FsdpOptError, match="pattern 'nope' matches no module") as e:
+        fsdp_opt.transform(scripted, units=["nope"])
+    error_text(e)
+    with pytest.raises(fsdp_opt.FsdpOptError, match=r"unknown pass 'no-such-pass' \(known passes: .*verify-fsdp") as e:
+        fsdp_opt.transform(scripted, units=["blocks.*"], passes=["no-such-pass"])
+    error_text(e)
+    with pytest.raises(fsdp_opt.FsdpOptError, match="nope") as e:
+        fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["blocks.*:nope"])
+    error_text(e)
+    with pytest.raises(fsdp_opt.FsdpOptError, match="not PATTERN:METHOD"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["generate"])
+    with pytest.raises(TypeError, match="expected a ScriptModule"):
+        fsdp_opt.transform(model, units=["blocks.*"])
+    with pytest.raises(ValueError, match=r"rank must be None or an int in \[0, 2\)"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2, rank=2)
+    with pytest.raises(ValueError, match="world_size must be an int >= 1"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], world_size=0)
+    with pytest.raises(ValueError, match="bucket_bytes must be a non-negative int"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], bucket_bytes=-5)
+
+
+def test_library_lookup_errors_name_the_places_searched(fsdp_opt, monkeypatch, tmp_path):
+    monkeypatch.setenv("FSDP_OPT_LIB_DIR", str(tmp_path))
+    with pytest.raises(fsdp_opt.FsdpOptError, match="cannot find libfsdp_runtime.so.*FSDP_OPT_LIB_DIR"):
+        fsdp_opt.lib_dir()
+
+
+def test_the_installed_package_is_tested(fsdp_opt):
+    # ctest installs the package with pip and points FSDP_OPT_EXPECT_PACKAGE_DIR at the copy.
+    expected = os.environ.get("FSDP_OPT_EXPECT_PACKAGE_DIR")
+    if not expected:
+        pytest.skip("not run by ctest")
+    assert os.path.dirname(os.path.abspath(fsdp_opt.__file__)) == os.path.abspath(expected)
