@@ -100,7 +100,8 @@ PackLayout::PackLayout(std::vector<ParamSpec> params, int64_t world, int64_t ali
     offsets_.push_back(cursor);
     cursor = addChecked(cursor, shardBytes(i), "packed size");
   }
-  packedBytes_ = cursor;
+  // Round the chunk up too: rank r's chunk then starts aligned in the gathered buffer.
+  packedBytes_ = addChecked(cursor, alignment_ - 1, "packed size") & ~(alignment_ - 1);
   (void)mulChecked(packedBytes_, world_, "gathered size");
 }
 
@@ -114,6 +115,11 @@ int64_t PackLayout::shardBytes(size_t i) const {
 
 int64_t PackLayout::fullBytes(size_t i) const {
   return mulChecked(params_.at(i).fullRows, params_.at(i).rowBytes, "full size");
+}
+
+int64_t PackLayout::slotEnd(size_t i) const {
+  (void)offsets_.at(i);
+  return i + 1 < offsets_.size() ? offsets_[i + 1] : packedBytes_;
 }
 
 int64_t PackLayout::totalFullBytes() const {
@@ -145,13 +151,12 @@ void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, v
                                 " parameters");
   }
   auto* out = static_cast<char*>(packed);
-  int64_t cursor = 0;
   for (size_t i = 0; i < layout.numParams(); ++i) {
     const int64_t off = layout.offset(i);
-    if (off > cursor) std::memset(out + cursor, 0, static_cast<size_t>(off - cursor));
     const int64_t n = layout.shardBytes(i);
     if (n > 0) std::memcpy(out + off, shards[i], static_cast<size_t>(n));
-    cursor = off + n;
+    const int64_t gap = layout.slotEnd(i) - (off + n);
+    if (gap > 0) std::memset(out + off + n, 0, static_cast<size_t>(gap));
   }
 }
 

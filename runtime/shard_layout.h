@@ -7,9 +7,12 @@
 //
 // Layout of one coalesced gather: every rank packs the shards of all (deduplicated) parameters of
 // a unit back to back into one byte buffer of packedBytes() bytes; parameter i starts at
-// offset(i), a multiple of the alignment. The collective concatenates the W packed buffers in
-// rank order (gatheredBytes() = W * packedBytes()). unpackSegments(i) lists the byte ranges to
-// copy from that gathered buffer into the full tensor of parameter i (padding dropped).
+// offset(i), a multiple of the alignment, and packedBytes() is a multiple of it too (so every
+// rank's chunk of the gathered buffer starts aligned, which the CUDA copy kernels' vector
+// accesses rely on). The collective concatenates the W packed buffers in rank order
+// (gatheredBytes() = W * packedBytes()). unpackSegments(i) lists the byte ranges to copy from
+// that gathered buffer into the full tensor of parameter i (padding dropped). The CPU pack and
+// unpack below and the CUDA copy plans (copy_plan.h) both work from this one layout.
 #pragma once
 
 #include <cstddef>
@@ -71,6 +74,9 @@ class PackLayout {
   int64_t fullBytes(size_t i) const;
   /// Byte offset of parameter i's shard inside one rank's packed chunk.
   int64_t offset(size_t i) const { return offsets_.at(i); }
+  /// End of parameter i's slot: offset(i + 1), or packedBytes() for the last one. The bytes
+  /// [offset(i) + shardBytes(i), slotEnd(i)) are alignment padding (zeroed by packing).
+  int64_t slotEnd(size_t i) const;
 
   /// Bytes one rank contributes (the send buffer size).
   int64_t packedBytes() const { return packedBytes_; }
