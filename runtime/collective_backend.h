@@ -1,8 +1,9 @@
 // The runtime's collective backend interface, shaped like c10d::Backend but reduced to what
 // fsdp needs: a byte all-gather (the runtime packs all shards of a unit, whatever their dtypes,
 // into one byte buffer, so one collective serves a whole unit). One implementation per device
-// kind: Gloo over c10d::ProcessGroupGloo for CPU tensors (gloo_backend.cpp); a CUDA/NCCL one is
-// planned. Anything a backend cannot do throws "backend NAME does not support WHAT".
+// kind: Gloo over c10d::ProcessGroupGloo for CPU tensors (gloo_backend.cpp); NCCL with the
+// runtime's own communicator for CUDA tensors (cuda/nccl_backend.cpp, built with
+// FSDP_OPT_ENABLE_CUDA). Anything a backend cannot do throws "backend NAME does not support WHAT".
 #pragma once
 
 #include <chrono>
@@ -82,6 +83,25 @@ struct GlooBackendOptions : CollectiveBackend::Options {
 std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                    int rank, int size,
                                                    const GlooBackendOptions& options);
+
+/// Options of the NCCL backend.
+struct NcclBackendOptions : CollectiveBackend::Options {
+  /// FSDP_OPT_CUDA_BLOCKING_WAIT=1: PendingCollective::wait() blocks the host until the
+  /// collective completed (bounded by the timeout) instead of only reporting the
+  /// communicator's error state.
+  bool blockingWait = false;
+  /// Store key under which rank 0 publishes the NCCL unique id.
+  std::string storeKey = "nccl/uid/0";
+};
+
+/// Creates the NCCL backend on CUDA device `device` (built with FSDP_OPT_ENABLE_CUDA only):
+/// rank 0's ncclUniqueId goes through `store` (not needed when size == 1), then a non-blocking
+/// communicator is created within options.timeout. CUDA tensors on that device only.
+std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
+                                                   int rank, int size, int device,
+                                                   const NcclBackendOptions& options);
+/// NCCL version of the library the runtime runs with (ncclGetVersion; FSDP_OPT_ENABLE_CUDA).
+int ncclVersionLinked();
 
 }  // namespace runtime
 }  // namespace fsdp_opt

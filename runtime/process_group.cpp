@@ -60,6 +60,9 @@ struct GroupState {
   std::chrono::milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> store;  // null when world == 1
   std::shared_ptr<CollectiveBackend> cpuBackend;
+  std::shared_ptr<CollectiveBackend> cudaBackend;  // NCCL, on device cudaDevice
+  int cudaDevice = -1;
+  bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
 };
@@ -76,9 +79,9 @@ GroupState& state() {
   return *s;
 }
 
-void initLocked(GroupState& st, int rank, int world, int localRank, const std::string& addr,
-                int port, std::chrono::milliseconds timeout, bool agentStore,
-                const std::string& keyPrefix) {
+void initLocked(GroupState& st, int rank, int world, int localRank, bool localRankFromEnv,
+                const std::string& addr, int port, std::chrono::milliseconds timeout,
+                bool agentStore, const std::string& keyPrefix) {
   TORCH_CHECK(world >= 1, "fsdp: world size must be >= 1, got ", world);
   TORCH_CHECK(rank >= 0 && rank < world, "fsdp: rank ", rank, " is out of range for world size ",
               world);
@@ -111,6 +114,9 @@ void initLocked(GroupState& st, int rank, int world, int localRank, const std::s
   st.timeout = timeout;
   st.store = std::move(store);
   st.cpuBackend.reset();
+  st.cudaBackend.reset();
+  st.cudaDevice = -1;
+  st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
 }
@@ -130,9 +136,8 @@ void initFromEnvLocked(GroupState& st) {
   }
   TORCH_CHECK(rank < world, "fsdp: RANK=", rank, " is out of range for WORLD_SIZE=", world);
   int localRank = rank;
-  if (const char* lr = getenvOrNull("LOCAL_RANK")) {
-    localRank = static_cast<int>(parseIntEnv("LOCAL_RANK", lr, 0, INT_MAX));
-  }
+  const char* lr = getenvOrNull("LOCAL_RANK");
+  if (lr != nullptr) localRank = static_cast<int>(parseIntEnv("LOCAL_RANK", lr, 0, INT_MAX));
   std::string addr = "127.0.0.1";
   if (const char* a = getenvOrNull("MASTER_ADDR")) addr = a;
   int port = 0;
@@ -149,7 +154,8 @@ void initFromEnvLocked(GroupState& st) {
   if (const char* restart = getenvOrNull("TORCHELASTIC_RESTART_COUNT")) {
     prefix += std::string(restart) + "/";
   }
-  initLocked(st, rank, world, localRank, addr, port, timeoutFromEnv(), agentStore, prefix);
+  initLocked(st, rank, world, localRank, lr != nullptr, addr, port, timeoutFromEnv(), agentStore,
+             prefix);
 }
 
 GroupState& ensureLocked() {
@@ -209,8 +215,44 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
     return st.cpuBackend;
   }
   if (device.is_cuda()) {
+#ifdef FSDP_OPT_WITH_CUDA
+    // This rank's device: cuda:LOCAL_RANK under torchrun (LOCAL_RANK set); otherwise the
+    // device of the first CUDA gather. One communicator per process group, on that device.
+    const int index = device.has_index() ? device.index() : 0;
+    if (st.localRankFromEnv) {
+      TORCH_CHECK(index == st.info.localRank, context, ": parameters are on ", device.str(),
+                  " but this rank's device is cuda:", st.info.localRank, " (LOCAL_RANK=",
+                  st.info.localRank, "); move the model to cuda:", st.info.localRank);
+    }
+    if (!st.cudaBackend) {
+      TORCH_CHECK(st.info.world == 1 || st.store, context, ": no rendezvous store for world size ",
+                  st.info.world);
+      NcclBackendOptions opts;
+      opts.timeout = st.timeout.count() > 0 ? st.timeout : timeoutFromEnv();
+      const char* blocking = getenvOrNull("FSDP_OPT_CUDA_BLOCKING_WAIT");
+      opts.blockingWait = blocking != nullptr && std::string(blocking) != "0";
+      // Numbered per process, not per group: a store that outlives the group (torchrun's
+      // agent store) must never hand a rank the unique id of an earlier communicator. Every
+      // rank creates and destroys groups in the same order, so the numbers agree.
+      static int communicators = 0;
+      opts.storeKey = "nccl/uid/" + std::to_string(communicators++);
+      try {
+        st.cudaBackend = makeNcclBackend(st.store, st.info.rank, st.info.world, index, opts);
+      } catch (const c10::Error& e) {
+        TORCH_CHECK(false, context, ": creating the nccl backend failed: ",
+                    e.what_without_backtrace());
+      }
+      st.cudaDevice = index;
+    }
+    TORCH_CHECK(index == st.cudaDevice, context, ": parameters are on ", device.str(),
+                " but this rank's NCCL communicator is on cuda:", st.cudaDevice,
+                " (one device per rank)");
+    return st.cudaBackend;
+#else
     TORCH_CHECK(false, context, ": parameters are on ", device.str(),
-                " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU tensors)");
+                " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU tensors; "
+                "build with -DFSDP_OPT_ENABLE_CUDA=ON)");
+#endif
   }
   TORCH_CHECK(false, context, ": no collective backend for tensors on ", device.str());
   return nullptr;
@@ -276,22 +318,25 @@ void initProcessGroup(int rank, int worldSize, const std::string& masterAddr, in
                 st.masterPort, "); call destroy_process_group first");
     return;
   }
-  detail::initLocked(st, rank, worldSize, rank, addr, masterPort, t, /*agentStore=*/false,
-                     "fsdp_opt/");
+  detail::initLocked(st, rank, worldSize, rank, /*localRankFromEnv=*/false, addr, masterPort, t,
+                     /*agentStore=*/false, "fsdp_opt/");
 }
 
 void destroyProcessGroup() {
   std::shared_ptr<CollectiveBackend> backend;
+  std::shared_ptr<CollectiveBackend> cudaBackend;
   c10::intrusive_ptr<c10d::Store> store;
   {
     std::lock_guard<std::mutex> lock(detail::groupMutex());
     detail::GroupState& st = detail::state();
     backend = std::move(st.cpuBackend);
+    cudaBackend = std::move(st.cudaBackend);
     store = std::move(st.store);
     st = detail::GroupState();
   }
-  // Destroyed outside the lock: Gloo joins its threads.
+  // Destroyed outside the lock: Gloo joins its threads; NCCL finalizes its communicator.
   backend.reset();
+  cudaBackend.reset();
   store.reset();
 }
 

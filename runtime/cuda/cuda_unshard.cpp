@@ -1,0 +1,278 @@
+// The CUDA unshard path: streams, events, buffer lifetime, and the copy kernel's plans. The
+// collective itself is the NCCL backend's (nccl_backend.cpp); everything here also runs at
+// world size 1, where there is no NCCL call. See cuda_unshard.h for the protocol.
+#include "cuda_unshard.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <mutex>
+
+#include <ATen/ATen.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAException.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/util/Exception.h>
+
+#include "../collective_backend.h"
+#include "../process_group.h"
+#include "copy_kernels.h"
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+namespace cuda {
+namespace {
+
+using copyplan::ElemType;
+
+// FSDP_OPT_CUDA_FORCE_NCCL=1: at world size 1, take the NCCL path (copy-in, a one-rank
+// communicator's all-gather, copy-out) instead of the copy-only one. For testing that path on
+// a machine with one GPU; read once.
+bool forceNccl() {
+  static const bool value = [] {
+    const char* v = std::getenv("FSDP_OPT_CUDA_FORCE_NCCL");
+    return v != nullptr && *v != '\0' && std::string(v) != "0";
+  }();
+  return value;
+}
+
+std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
+  std::vector<int64_t> sizes = shard.sizes().vec();
+  sizes[0] = fullRows;
+  return sizes;
+}
+
+int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+// The kernel's (source, destination) types for copying `from` into `to`: plain bytes when
+// they are the same dtype.
+void kernelTypes(at::ScalarType from, at::ScalarType to, ElemType& src, ElemType& dst) {
+  if (from == to) {
+    src = dst = ElemType::kBytes;
+    return;
+  }
+  TORCH_CHECK(elemTypeOf(from, src) && elemTypeOf(to, dst),
+              "fsdp: the CUDA copy kernel does not convert ", from, " to ", to);
+}
+
+class CudaUnshard final : public PendingUnshard {
+ public:
+  CudaUnshard(const UnshardRequest& req, const std::string& context) : device_(req.device) {
+    const size_t n = req.shards.size();
+    fulls_.resize(n);
+    const bool collective = req.world > 1 || forceNccl();
+    std::vector<size_t> work;  // groups that need a full buffer
+    for (size_t i = 0; i < n; ++i) {
+      if (collective || req.shards[i].scalar_type() != req.dtypes[i]) work.push_back(i);
+    }
+    if (work.empty()) return;  // world size 1, no cast: the shards are the full tensors
+
+    c10::cuda::CUDAGuard deviceGuard(device_);
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+    const c10::cuda::CUDAStream gather = gatherStream(device_.index());
+    // The shards may have just been written on the caller's stream.
+    at::cuda::CUDAEvent ready;
+    ready.record(caller);
+    ready.block(gather);
+
+    c10::cuda::CUDAStreamGuard onGather(gather);
+    std::vector<at::Tensor> sources(n);
+    for (size_t i : work) {
+      const at::Tensor& shard = req.shards[i];
+      // The shard's memory belongs to the caller's stream; this stream reads it now.
+      c10::cuda::CUDACachingAllocator::recordStream(shard.storage().data_ptr(), gather);
+      at::Tensor s = shard;
+      ElemType from, to;
+      if (s.scalar_type() != req.dtypes[i] &&
+          !(elemTypeOf(s.scalar_type(), from) && elemTypeOf(req.dtypes[i], to))) {
+        s = s.to(req.dtypes[i]);  // a dtype the kernel does not convert (float8, ...): torch's cast
+      }
+      sources[i] = s.contiguous();
+      // Allocated on the gather stream, now: a started gather holds its memory from here on.
+      fulls_[i] = at::empty(fullSizes(shard, req.fullRows[i]),
+                            at::TensorOptions().dtype(req.dtypes[i]).device(device_));
+    }
+
+    if (!collective) {
+      copyplan::CopyPlan plan;
+      for (size_t i : work) {
+        ElemType src, dst;
+        kernelTypes(sources[i].scalar_type(), req.dtypes[i], src, dst);
+        plan.addCast(sources[i].data_ptr(), src, fulls_[i].data_ptr(), dst,
+                     src == ElemType::kBytes ? sources[i].nbytes() : sources[i].numel());
+      }
+      launchPlan(plan, gather);
+    } else {
+      std::vector<layout::ParamSpec> specs;
+      for (size_t i = 0; i < n; ++i) {
+        specs.push_back(layout::ParamSpec{req.fullRows[i], rowBytesAs(req.shards[i], req.dtypes[i])});
+      }
+      const layout::PackLayout layout(std::move(specs), req.world);
+      bytesPerRank_ = layout.packedBytes();
+      const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(device_);
+      at::Tensor send = at::empty({layout.packedBytes()}, byteOpts);
+      at::Tensor recv = at::empty({layout.gatheredBytes()}, byteOpts);
+      copyIn(layout, sources, req.dtypes, send);
+      std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context);
+      backendName_ = backend->name();
+      if (layout.packedBytes() > 0) {
+        try {
+          collective_ = backend->allGatherBytesAsync(send, recv);  // on the current (gather) stream
+        } catch (const std::exception& e) {
+          throwCollectiveFailure(context, n, layout.packedBytes(), backendName_, req.rank,
+                                 req.world, e);
+        }
+      }
+      copyOut(layout, recv, fulls_);
+      // send and recv are freed when this scope ends: their memory belongs to the gather
+      // stream, whose later work is ordered after the kernels and the collective above.
+    }
+    done_.record(gather);
+    started_ = true;
+  }
+
+  void finish() override {
+    if (!started_) return;
+    c10::cuda::CUDAGuard deviceGuard(device_);
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+    done_.block(caller);
+    for (const at::Tensor& f : fulls_) {
+      if (f.defined()) c10::cuda::CUDACachingAllocator::recordStream(f.storage().data_ptr(), caller);
+    }
+    if (collective_) {
+      auto c = std::move(collective_);
+      c->wait();  // NCCL: the communicator's error state (a bounded host wait in blocking mode)
+    }
+  }
+
+  void abandon() noexcept override {
+    // The buffers belong to the gather stream and were never used elsewhere: freeing them is
+    // stream-ordered. Only the collective's error state is left to drop.
+    collective_.reset();
+  }
+
+  std::string backendName() const override { return backendName_; }
+  int64_t bytesPerRank() const override { return bytesPerRank_; }
+
+ private:
+  c10::Device device_;
+  at::cuda::CUDAEvent done_;
+  bool started_ = false;
+  std::unique_ptr<PendingCollective> collective_;
+  std::string backendName_ = "copy";
+  int64_t bytesPerRank_ = 0;
+};
+
+}  // namespace
+
+bool elemTypeOf(at::ScalarType dtype, ElemType& out) {
+  switch (dtype) {
+    case at::kHalf:
+      out = ElemType::kF16;
+      return true;
+    case at::kBFloat16:
+      out = ElemType::kBF16;
+      return true;
+    case at::kFloat:
+      out = ElemType::kF32;
+      return true;
+    case at::kDouble:
+      out = ElemType::kF64;
+      return true;
+    default:
+      return false;
+  }
+}
+
+c10::cuda::CUDAStream gatherStream(c10::DeviceIndex device) {
+  static std::mutex mutex;
+  static std::map<c10::DeviceIndex, cudaStream_t>* streams =
+      new std::map<c10::DeviceIndex, cudaStream_t>();  // leaked: streams live as long as the process
+  std::lock_guard<std::mutex> lock(mutex);
+  auto it = streams->find(device);
+  if (it == streams->end()) {
+    c10::cuda::CUDAGuard guard(device);
+    int least = 0;
+    int greatest = 0;
+    C10_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    cudaStream_t s = nullptr;
+    C10_CUDA_CHECK(cudaStreamCreateWithPriority(&s, cudaStreamNonBlocking, greatest));
+    it = streams->emplace(device, s).first;
+  }
+  return c10::cuda::getStreamFromExternal(it->second, device);
+}
+
+void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& stream) {
+  if (plan.empty()) return;
+  const std::vector<copyplan::Segment>& segs = plan.segments();
+  const int n = static_cast<int>(segs.size());
+  cudaError_t err = cudaSuccess;
+  if (n <= cuda_kernels::kMaxInlineSegments) {
+    err = cuda_kernels::launchCopyPlan(segs.data(), nullptr, n, plan.numBlocks(), stream.stream());
+  } else {
+    // Through pinned memory: the copy is asynchronous on `stream`, and torch's copy records the
+    // pinned block's use so it is not reused before the copy ran. The device copy is freed on
+    // return; its memory belongs to `stream`, so the kernel below still reads it safely.
+    const int64_t bytes = static_cast<int64_t>(segs.size() * sizeof(copyplan::Segment));
+    at::Tensor host = at::empty({bytes}, at::TensorOptions().dtype(at::kByte).pinned_memory(true));
+    std::memcpy(host.data_ptr(), segs.data(), static_cast<size_t>(bytes));
+    c10::cuda::CUDAStreamGuard guard(stream);
+    at::Tensor dev = host.to(at::TensorOptions().device(stream.device()), /*non_blocking=*/true);
+    err = cuda_kernels::launchCopyPlan(segs.data(),
+                                       static_cast<const copyplan::Segment*>(dev.data_ptr()), n,
+                                       plan.numBlocks(), stream.stream());
+  }
+  TORCH_CHECK(err == cudaSuccess, "fsdp: launching the copy kernel (", n, " segments, ",
+              plan.numBlocks(), " blocks) failed: ", cudaGetErrorString(err));
+}
+
+void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& shards,
+            const std::vector<at::ScalarType>& dtypes, const at::Tensor& send) {
+  TORCH_CHECK(shards.size() == layout.numParams() && dtypes.size() == layout.numParams(),
+              "fsdp: copy-in got ", shards.size(), " shards for ", layout.numParams(), " parameters");
+  TORCH_CHECK(send.is_cuda() && send.is_contiguous() && send.nbytes() >= static_cast<size_t>(layout.packedBytes()),
+              "fsdp: copy-in needs a contiguous CUDA send buffer of ", layout.packedBytes(), " bytes");
+  std::vector<const void*> ptrs;
+  std::vector<ElemType> src(shards.size()), dst(shards.size());
+  for (size_t i = 0; i < shards.size(); ++i) {
+    TORCH_CHECK(shards[i].is_contiguous() && shards[i].device() == send.device(),
+                "fsdp: copy-in needs contiguous shards on ", send.device());
+    kernelTypes(shards[i].scalar_type(), dtypes[i], src[i], dst[i]);
+    ptrs.push_back(shards[i].data_ptr());
+  }
+  launchPlan(copyplan::planCopyIn(layout, ptrs, src, dst, send.data_ptr()),
+             c10::cuda::getCurrentCUDAStream(send.device().index()));
+}
+
+void copyOut(const layout::PackLayout& layout, const at::Tensor& gathered,
+             const std::vector<at::Tensor>& fulls) {
+  TORCH_CHECK(gathered.is_cuda() && gathered.is_contiguous() &&
+                  gathered.nbytes() >= static_cast<size_t>(layout.gatheredBytes()),
+              "fsdp: copy-out needs a contiguous CUDA buffer of ", layout.gatheredBytes(), " bytes");
+  std::vector<void*> ptrs;
+  for (size_t i = 0; i < fulls.size(); ++i) {
+    TORCH_CHECK(fulls[i].is_contiguous() && fulls[i].device() == gathered.device() &&
+                    static_cast<int64_t>(fulls[i].nbytes()) == layout.fullBytes(i),
+                "fsdp: copy-out output ", i, " is not a contiguous ", layout.fullBytes(i),
+                "-byte tensor on ", gathered.device());
+    ptrs.push_back(fulls[i].data_ptr());
+  }
+  launchPlan(copyplan::planCopyOut(layout, gathered.data_ptr(), ptrs),
+             c10::cuda::getCurrentCUDAStream(gathered.device().index()));
+}
+
+std::unique_ptr<PendingUnshard> startCudaUnshard(const UnshardRequest& request,
+                                                 const std::string& context) {
+  return std::make_unique<CudaUnshard>(request, context);
+}
+
+}  // namespace cuda
+}  // namespace detail
+}  // namespace runtime
+}  // namespace fsdp_opt
