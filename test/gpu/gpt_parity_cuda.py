@@ -1,0 +1,121 @@
+# GPU parity (ctest/lit feature `cuda`): the GPT-style model rewritten by fsdp-opt for world
+# size 1 (--fsdp-unit=. --fsdp-unit='blocks.*' --forward-method=.:generate), run on the GPU,
+# gives outputs bitwise identical to the original model run on the GPU, for `generate` and
+# `forward`, three times each (TorchScript's profiling executor optimises the graphs), on the
+# copy-only path and again with FSDP_OPT_CUDA_FORCE_NCCL=1 (copy-in, a one-rank NCCL all-gather,
+# copy-out). A third run has TorchScript's GPU fusers off: if only the default runs differ, the
+# difference comes from fusion groups the fsdp ops split (a fused kernel may round differently),
+# not from the gathered parameters. Prints "skipped: no CUDA device" without a GPU.
+#
+#   gpt_parity_cuda.py RUNTIME_LIB FSDP_OPT OUTDIR
+#
+# REQUIRES: cuda
+# RUN: rm -rf %t && mkdir -p %t
+# RUN: %python %s %runtime_lib fsdp-opt %t
+
+import os
+import subprocess
+import sys
+import types
+
+import torch
+
+try:
+    import fsdp_models as fm
+except ImportError:
+    # test/Inputs/fsdp_models.py imports torchvision for its image models only; a GPU machine
+    # without torchvision can still build the GPT.
+    sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))
+    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Inputs"))
+    import fsdp_models as fm
+
+MAX_NEW_TOKENS = 13
+REPEAT = 3
+
+
+def same_bits(a, b):
+    if a.dtype != b.dtype or a.shape != b.shape:
+        return False
+    a = a.detach().cpu().contiguous().view(-1).view(torch.uint8)
+    b = b.detach().cpu().contiguous().view(-1).view(torch.uint8)
+    return torch.equal(a, b)
+
+
+def fusers_off():
+    for name, arg in (("_jit_set_texpr_fuser_enabled", False), ("_jit_override_can_fuse_on_gpu", False),
+                      ("_jit_set_nvfuser_enabled", False)):
+        try:
+            getattr(torch._C, name)(arg)
+        except (AttributeError, RuntimeError):
+            pass
+
+
+def run_parity(lib, orig_path, rewritten_path, label):
+    if "no fusers" in label:
+        fusers_off()
+    torch.ops.load_library(lib)
+    dev = torch.device("cuda", int(os.environ.get("LOCAL_RANK", "0")))
+    orig = torch.jit.load(orig_path, map_location=dev).eval()
+    rewritten = torch.jit.load(rewritten_path, map_location=dev).eval()
+    (idx,) = fm.example_inputs("gpt", batch=3)
+    idx = idx.to(dev)
+    failures = 0
+    torch.ops.fsdp.reset_stats()
+    with torch.no_grad():
+        for i in range(REPEAT):
+            for name, call in (("generate", lambda m: m.generate(idx, MAX_NEW_TOKENS)),
+                               ("forward", lambda m: m(idx))):
+                want = call(orig)
+                got = call(rewritten)
+                ok = same_bits(got, want)
+                failures += not ok
+                print("%s: %s run %d: %s" % (label, name, i + 1,
+                                             "bitwise identical" if ok else "MISMATCH"))
+    torch.cuda.synchronize()
+    s = dict(torch.ops.fsdp.stats())
+    print("%s: stats %s" % (label, s))
+    if s["all_gathers"] == 0 or s["all_gathers"] != s["reshards"] or s["unsharded_bytes"] != 0:
+        print("%s: FAIL: gathers and reshards do not match" % label)
+        failures += 1
+    for p in rewritten.parameters():
+        if p.device != dev:
+            print("%s: FAIL: a parameter is on %s" % (label, p.device))
+            failures += 1
+            break
+    return failures
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--child":
+        _, _, lib, orig, rewritten, label = sys.argv
+        sys.exit(1 if run_parity(lib, orig, rewritten, label) else 0)
+    lib, fsdp_opt, out = sys.argv[1:4]
+    if not torch.cuda.is_available():
+        print("skipped: no CUDA device")
+        return 0
+    torch.ops.load_library(lib)
+    if not torch.ops.fsdp.has_cuda_backend():
+        print("skipped: %s was built without FSDP_OPT_ENABLE_CUDA" % lib)
+        return 0
+    model = fm.make("gpt", n_layer=4, n_embd=64, n_head=4)
+    orig = os.path.join(out, "gpt.pt")
+    rewritten = os.path.join(out, "gpt.w1.pt")
+    fm.save(model, orig)
+    cmd = [fsdp_opt, orig, "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--forward-method=.:generate",
+           "--world-size=1", "-o", rewritten]
+    print("+ " + " ".join(cmd), flush=True)
+    subprocess.run(cmd, check=True)
+    failures = 0
+    for label, env in (("copy-only", {}), ("nccl", {"FSDP_OPT_CUDA_FORCE_NCCL": "1"}),
+                       ("copy-only, no fusers", {})):
+        e = dict(os.environ)
+        e.update(env)
+        r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", lib, orig,
+                            rewritten, label], env=e)
+        failures += r.returncode != 0
+    print("gpt_parity_cuda: %s" % ("PASS" if failures == 0 else "FAIL"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

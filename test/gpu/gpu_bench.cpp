@@ -1,0 +1,193 @@
+// fsdp-gpu-bench: the CUDA runtime's GPU benchmark (scripts/gpu-check.sh runs it).
+//
+//   fsdp-gpu-bench [--sizes=1048576,1073741824] [--reps=N]
+//
+// For a unit of each size (8 float32 parameters of uneven row counts):
+//   - copy-in (pack into the send buffer; plain, and cast to bfloat16) and copy-out (gathered
+//     buffer of 8 ranks into the full parameters): time per launch and bandwidth, as a fraction
+//     of a device-to-device cudaMemcpyAsync of the same bytes written, measured in the same run;
+//   - per-call cost of fsdp::all_gather + fsdp::reshard (through the dispatcher, like a
+//     TorchScript call) at world size 1: host time per call and device time per call, without
+//     a cast (no copy at all) and with param_dtype=bfloat16 (one cast launch). Run it with
+//     FSDP_OPT_CUDA_FORCE_NCCL=1 for the NCCL path (copy-in, one-rank ncclAllGather, copy-out).
+// Without a CUDA device: "skipped: no CUDA device", exit 77.
+#include <ATen/ATen.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <map>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "collective_backend.h"
+#include "cuda/cuda_unshard.h"
+#include "fsdp_opt/runtime.h"
+#include "shard_layout.h"
+
+namespace {
+
+using fsdp_opt::layout::PackLayout;
+using fsdp_opt::layout::ParamSpec;
+namespace rt = fsdp_opt::runtime::detail::cuda;
+
+constexpr int64_t kRowElems = 1024;  // float32 rows of 4 KiB
+
+// Device time of one call of `fn` on the current stream: average over `reps` after a warm-up.
+double deviceMs(int reps, const std::function<void()>& fn) {
+  fn();
+  at::cuda::CUDAEvent start(cudaEventDefault), stop(cudaEventDefault);
+  const auto stream = c10::cuda::getCurrentCUDAStream();
+  start.record(stream);
+  for (int i = 0; i < reps; ++i) fn();
+  stop.record(stream);
+  stop.synchronize();
+  return static_cast<double>(start.elapsed_time(stop)) / reps;
+}
+
+std::string human(int64_t bytes) {
+  std::ostringstream os;
+  os.precision(3);
+  if (bytes >= (1LL << 30)) {
+    os << static_cast<double>(bytes) / (1LL << 30) << " GiB";
+  } else {
+    os << static_cast<double>(bytes) / (1LL << 20) << " MiB";
+  }
+  return os.str();
+}
+
+void report(const char* what, int64_t bytes, int64_t written, double ms, double d2dMs) {
+  std::printf("  %-28s %10s  %9.1f us  %7.1f GB/s written  = %.2f x D2D copy of the same bytes "
+              "(%.1f us)\n",
+              what, human(bytes).c_str(), ms * 1e3, static_cast<double>(written) / (ms * 1e6),
+              d2dMs / ms, d2dMs * 1e3);
+}
+
+std::vector<c10::IValue> callOp(const char* name, std::vector<c10::IValue> args) {
+  static std::map<std::string, c10::OperatorHandle> ops;
+  auto it = ops.find(name);
+  if (it == ops.end()) {
+    it = ops.emplace(name, c10::Dispatcher::singleton().findSchemaOrThrow(name, "")).first;
+  }
+  it->second.callBoxed(&args);
+  return args;
+}
+
+void benchUnit(int64_t unitBytes, int reps) {
+  const at::Device dev(at::kCUDA, 0);
+  const int64_t rowBytes = kRowElems * 4;
+  const int64_t totalRows = std::max<int64_t>(8, unitBytes / rowBytes);
+  std::vector<int64_t> rows;
+  for (int i = 0; i < 8; ++i) rows.push_back(totalRows / 8 + (i % 2 == 0 ? 1 : -1) * (i / 2));
+  int64_t bytes = 0;
+  std::vector<at::Tensor> fulls;
+  for (int64_t r : rows) {
+    fulls.push_back(at::randn({r, kRowElems}, at::TensorOptions().device(dev)));
+    bytes += r * rowBytes;
+  }
+  std::printf("unit of %s (8 float32 parameters, %lld rows of 4 KiB)\n", human(bytes).c_str(),
+              static_cast<long long>(totalRows));
+
+  auto specsFor = [&](at::ScalarType d) {
+    std::vector<ParamSpec> s;
+    for (int64_t r : rows) s.push_back({r, kRowElems * static_cast<int64_t>(c10::elementSize(d))});
+    return s;
+  };
+  const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(dev);
+  // copy-in as at world size 1 (the whole unit packed: the same bytes as the full tensors)
+  const PackLayout in32(specsFor(at::kFloat), 1);
+  const PackLayout in16(specsFor(at::kBFloat16), 1);
+  at::Tensor send = at::empty({in32.packedBytes()}, byteOpts);
+  at::Tensor src = at::empty({bytes}, byteOpts);
+  at::Tensor dst = at::empty({bytes}, byteOpts);
+  const std::vector<at::ScalarType> f32s(8, at::kFloat), bf16s(8, at::kBFloat16);
+
+  const double d2d = deviceMs(reps, [&] {
+    cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes),
+                    cudaMemcpyDeviceToDevice, c10::cuda::getCurrentCUDAStream());
+  });
+  const double d2dHalf = deviceMs(reps, [&] {
+    cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes / 2),
+                    cudaMemcpyDeviceToDevice, c10::cuda::getCurrentCUDAStream());
+  });
+  report("copy-in (pack)", bytes, in32.packedBytes(),
+         deviceMs(reps, [&] { rt::copyIn(in32, fulls, f32s, send); }), d2d);
+  report("copy-in (pack + cast bf16)", bytes, in16.packedBytes(),
+         deviceMs(reps, [&] { rt::copyIn(in16, fulls, bf16s, send); }), d2dHalf);
+  // copy-out of an 8-rank gather (a segment per rank and parameter)
+  const PackLayout out8(specsFor(at::kFloat), 8);
+  at::Tensor gathered = at::zeros({out8.gatheredBytes()}, byteOpts);
+  std::vector<at::Tensor> outs;
+  for (int64_t r : rows) outs.push_back(at::empty({r, kRowElems}, at::TensorOptions().device(dev)));
+  report("copy-out (8 ranks)", bytes, out8.totalFullBytes(),
+         deviceMs(reps, [&] { rt::copyOut(out8, gathered, outs); }), d2d);
+  send = at::Tensor();
+  gathered = at::Tensor();
+  outs.clear();
+  src = at::Tensor();
+  dst = at::Tensor();
+
+  // per-call cost of the op at world size 1
+  std::vector<int64_t> rowList(rows.begin(), rows.end());
+  for (int withCast = 0; withCast < 2; ++withCast) {
+    const c10::IValue dtype = withCast ? c10::IValue(static_cast<int64_t>(at::kBFloat16)) : c10::IValue();
+    auto once = [&] {
+      callOp("fsdp::all_gather", {c10::IValue(fulls), c10::IValue(rowList), c10::IValue(std::string("bench")), dtype});
+      callOp("fsdp::reshard", {c10::IValue(fulls), c10::IValue(std::string("bench"))});
+    };
+    once();
+    c10::cuda::device_synchronize();
+    const int calls = unitBytes >= (1LL << 28) ? std::max(reps, 10) : std::max(reps, 1000);
+    const auto t0 = std::chrono::steady_clock::now();
+    for (int i = 0; i < calls; ++i) once();
+    const auto t1 = std::chrono::steady_clock::now();
+    c10::cuda::device_synchronize();
+    const auto t2 = std::chrono::steady_clock::now();
+    const double hostUs = std::chrono::duration<double, std::micro>(t1 - t0).count() / calls;
+    const double wallUs = std::chrono::duration<double, std::micro>(t2 - t0).count() / calls;
+    const double devUs = deviceMs(calls, once) * 1e3;
+    std::printf("  fsdp::all_gather+reshard %-10s %10s  host %8.1f us/call  device %9.1f us/call  "
+                "wall %9.1f us/call  (%d calls)\n",
+                withCast ? "bf16" : "own dtype", human(bytes).c_str(), hostUs, devUs, wallUs, calls);
+  }
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (!at::cuda::is_available()) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  std::vector<int64_t> sizes = {1LL << 20, 1LL << 30};
+  int reps = 20;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a.rfind("--sizes=", 0) == 0) {
+      sizes.clear();
+      std::stringstream ss(a.substr(8));
+      std::string item;
+      while (std::getline(ss, item, ',')) sizes.push_back(std::stoll(item));
+    } else if (a.rfind("--reps=", 0) == 0) {
+      reps = std::stoi(a.substr(7));
+    } else {
+      std::fprintf(stderr, "usage: fsdp-gpu-bench [--sizes=B,B...] [--reps=N]\n");
+      return 2;
+    }
+  }
+  const auto* prop = at::cuda::getCurrentDeviceProperties();
+  std::printf("fsdp-gpu-bench on %s (%d SMs), %s path at world size 1, NCCL %d\n", prop->name,
+              prop->multiProcessorCount,
+              std::getenv("FSDP_OPT_CUDA_FORCE_NCCL") ? "NCCL" : "copy-only",
+              fsdp_opt::runtime::ncclVersionLinked());
+  for (int64_t s : sizes) benchUnit(s, reps);
+  return 0;
+}

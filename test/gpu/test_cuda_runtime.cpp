@@ -1,0 +1,348 @@
+// GPU tests of the CUDA runtime (ctest label `gpu`): the copy kernel against a CPU reference, the
+// fsdp:: ops on CUDA tensors at world size 1, and the stream/event protocol. Without a CUDA
+// device it prints "skipped: no CUDA device" and exits 77 (ctest: skipped).
+//
+//   test_cuda_runtime            copy-only path at world size 1
+//   FSDP_OPT_CUDA_FORCE_NCCL=1 test_cuda_runtime
+//                                the same ops through the NCCL path (a one-rank communicator)
+//
+// No GoogleTest: a GPU machine may not have it; the harness is the few lines below.
+#include <ATen/ATen.h>
+#include <ATen/CPUGeneratorImpl.h>
+#include <ATen/core/dispatch/Dispatcher.h>
+#include <ATen/cuda/CUDAContext.h>
+#include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAGuard.h>
+#include <c10/cuda/CUDAStream.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "collective_backend.h"
+#include "cuda/cuda_unshard.h"
+#include "fsdp_opt/runtime.h"
+#include "shard_layout.h"
+
+namespace {
+
+int g_passed = 0;
+int g_failed = 0;
+
+struct Failure : std::exception {
+  std::string msg;
+  explicit Failure(std::string m) : msg(std::move(m)) {}
+  const char* what() const noexcept override { return msg.c_str(); }
+};
+
+void expect(bool ok, const std::string& what) {
+  if (!ok) throw Failure(what);
+}
+
+void run(const char* name, const std::function<void()>& fn) {
+  try {
+    fn();
+    ++g_passed;
+    std::printf("PASS %s\n", name);
+  } catch (const std::exception& e) {
+    ++g_failed;
+    std::printf("FAIL %s: %s\n", name, e.what());
+  }
+  std::fflush(stdout);
+}
+
+bool sameBits(const at::Tensor& a, const at::Tensor& b) {
+  if (a.scalar_type() != b.scalar_type() || a.sizes() != b.sizes()) return false;
+  at::Tensor x = a.detach().cpu().contiguous();
+  at::Tensor y = b.detach().cpu().contiguous();
+  return x.numel() == 0 || std::memcmp(x.data_ptr(), y.data_ptr(), x.nbytes()) == 0;
+}
+
+// Finite values over a wide range of magnitudes (subnormals, overflow past half's range, +-0).
+at::Tensor randomFull(std::vector<int64_t> shape, at::ScalarType dtype, int64_t seed) {
+  auto gen = at::detail::createCPUGenerator(static_cast<uint64_t>(seed));
+  if (!at::isFloatingType(dtype)) {
+    return at::randint(-1000000, 1000000, shape, gen, at::TensorOptions().dtype(dtype));
+  }
+  at::Tensor x = at::randn(shape, gen, at::TensorOptions().dtype(at::kDouble));
+  at::Tensor e = at::randint(-150, 90, shape, gen, at::TensorOptions().dtype(at::kDouble));
+  x = x * at::pow(2.0, e);
+  x.view(-1).slice(0, 0, c10::nullopt, 7).zero_();
+  return x.to(dtype);
+}
+
+at::Tensor shardOf(const at::Tensor& full, int64_t world, int64_t rank) {
+  const int64_t n = full.size(0);
+  const int64_t c = fsdp_opt::layout::shardRows(n, world);
+  const int64_t b = std::min(rank * c, n);
+  const int64_t e = std::min((rank + 1) * c, n);
+  at::Tensor rows = full.slice(0, b, e);
+  std::vector<int64_t> padShape = full.sizes().vec();
+  padShape[0] = c - (e - b);
+  return at::cat({rows, at::zeros(padShape, full.options())}).contiguous();
+}
+
+c10::ScalarType gatheredDtype(c10::ScalarType own, c10::optional<c10::ScalarType> pd) {
+  return pd && at::isFloatingType(own) ? *pd : own;
+}
+
+// ---- the copy kernel against the CPU reference ----------------------------------------------
+
+struct Spec {
+  std::vector<int64_t> shape;
+  at::ScalarType own;
+};
+
+// Every rank's copy-in into its chunk of one gathered buffer (what the all-gather produces),
+// then the copy-out: fulls must be bitwise full.to(dtype) of the CPU originals, and each rank's
+// packed chunk bitwise packCpu of the CPU-cast shards.
+void copyRoundTrip(const std::vector<Spec>& specs, int64_t world, c10::optional<at::ScalarType> pd,
+                   int misalign) {
+  const at::Device dev(at::kCUDA, 0);
+  std::vector<at::Tensor> fulls;
+  std::vector<fsdp_opt::layout::ParamSpec> lspecs;
+  std::vector<at::ScalarType> dtypes;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    fulls.push_back(randomFull(specs[i].shape, specs[i].own, 100 + static_cast<int64_t>(i)));
+    const at::ScalarType d = gatheredDtype(specs[i].own, pd);
+    dtypes.push_back(d);
+    int64_t rowBytes = static_cast<int64_t>(c10::elementSize(d));
+    for (size_t k = 1; k < specs[i].shape.size(); ++k) rowBytes *= specs[i].shape[k];
+    lspecs.push_back({specs[i].shape[0], rowBytes});
+  }
+  const fsdp_opt::layout::PackLayout layout(lspecs, world);
+  const auto bytes = at::TensorOptions().dtype(at::kByte).device(dev);
+  at::Tensor gathered = at::full({layout.gatheredBytes()}, 0xAB, bytes);
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<at::Tensor> shards;
+    std::vector<at::Tensor> keep;
+    std::vector<const void*> castPtrs;
+    for (size_t i = 0; i < specs.size(); ++i) {
+      at::Tensor s = shardOf(fulls[i], world, r);
+      // a misaligned copy on the device: a view `misalign` elements into a bigger buffer
+      at::Tensor big = at::empty({s.numel() + misalign}, s.options().device(dev));
+      at::Tensor view = big.narrow(0, misalign, s.numel()).view(s.sizes());
+      view.copy_(s);
+      shards.push_back(view);
+      keep.push_back(s.to(dtypes[i]).contiguous());
+      castPtrs.push_back(keep.back().data_ptr());
+    }
+    at::Tensor send = at::full({layout.packedBytes()}, 0xEE, bytes);
+    fsdp_opt::runtime::detail::cuda::copyIn(layout, shards, dtypes, send);
+    gathered.narrow(0, r * layout.packedBytes(), layout.packedBytes()).copy_(send);
+    std::vector<uint8_t> ref(static_cast<size_t>(layout.packedBytes()));
+    fsdp_opt::layout::packCpu(layout, castPtrs, ref.data());
+    at::Tensor got = send.cpu();
+    expect(ref.empty() || std::memcmp(got.data_ptr(), ref.data(), ref.size()) == 0,
+           "copy-in of rank " + std::to_string(r) + " differs from packCpu of the cast shards");
+  }
+  std::vector<at::Tensor> outs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    outs.push_back(at::full(specs[i].shape, 0, at::TensorOptions().dtype(dtypes[i]).device(dev)));
+  }
+  fsdp_opt::runtime::detail::cuda::copyOut(layout, gathered, outs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    expect(sameBits(outs[i], fulls[i].to(dtypes[i])),
+           "param " + std::to_string(i) + " is not bitwise full.to(" +
+               std::string(c10::toString(dtypes[i])) + ") at world size " + std::to_string(world));
+  }
+}
+
+// ---- the ops -----------------------------------------------------------------------------
+
+std::vector<c10::IValue> callOp(const char* name, const char* overload,
+                                std::vector<c10::IValue> args) {
+  auto op = c10::Dispatcher::singleton().findSchemaOrThrow(name, overload);
+  std::vector<c10::IValue> stack(std::make_move_iterator(args.begin()),
+                                 std::make_move_iterator(args.end()));
+  op.callBoxed(&stack);
+  return stack;
+}
+
+c10::IValue dtypeArg(c10::optional<at::ScalarType> pd) {
+  return pd ? c10::IValue(static_cast<int64_t>(*pd)) : c10::IValue();
+}
+
+struct Unit {
+  std::vector<at::Tensor> fulls;   // CPU
+  std::vector<at::Tensor> params;  // on the GPU, what a module holds (world size 1: full)
+  std::vector<int64_t> rows;
+  std::vector<void*> ptrs;
+};
+
+Unit makeUnit(const std::vector<Spec>& specs, int64_t seed) {
+  Unit u;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    u.fulls.push_back(randomFull(specs[i].shape, specs[i].own, seed + static_cast<int64_t>(i)));
+    at::Tensor p = u.fulls.back().to(at::kCUDA).clone();
+    p.set_requires_grad(at::isFloatingType(specs[i].own));
+    u.params.push_back(p);
+    u.rows.push_back(specs[i].shape[0]);
+    u.ptrs.push_back(p.data_ptr());
+  }
+  c10::cuda::device_synchronize();  // the tests below use other streams
+  return u;
+}
+
+void checkFull(const Unit& u, c10::optional<at::ScalarType> pd) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    const at::Tensor want = u.fulls[i].to(gatheredDtype(u.fulls[i].scalar_type(), pd));
+    expect(sameBits(u.params[i], want), "param " + std::to_string(i) + " is not bitwise full.to(" +
+                                            std::string(c10::toString(want.scalar_type())) + ")");
+  }
+}
+
+void checkSharded(const Unit& u) {
+  for (size_t i = 0; i < u.params.size(); ++i) {
+    expect(u.params[i].data_ptr() == u.ptrs[i], "param " + std::to_string(i) + " left its storage");
+    expect(sameBits(u.params[i], u.fulls[i]), "param " + std::to_string(i) + " changed");
+  }
+}
+
+const std::vector<Spec>& unitSpecs() {
+  static const std::vector<Spec> s = {{{10, 3}, at::kFloat}, {{2, 5}, at::kDouble},
+                                      {{7}, at::kLong},      {{1, 4, 2}, at::kHalf},
+                                      {{0, 3}, at::kFloat},  {{13}, at::kBFloat16},
+                                      {{300, 70}, at::kFloat}};
+  return s;
+}
+
+int64_t stat(const char* key) {
+  auto items = fsdp_opt::runtime::stats().items();
+  for (const auto& kv : items) {
+    if (kv.first == key) return kv.second;
+  }
+  return -1;
+}
+
+}  // namespace
+
+int main() {
+  if (!at::cuda::is_available()) {
+    std::printf("skipped: no CUDA device\n");
+    return 77;
+  }
+  const bool nccl = std::getenv("FSDP_OPT_CUDA_FORCE_NCCL") != nullptr;
+  std::printf("CUDA runtime tests on %s (%s path at world size 1), NCCL %d\n",
+              at::cuda::getCurrentDeviceProperties()->name,
+              nccl ? "NCCL" : "copy-only", fsdp_opt::runtime::ncclVersionLinked());
+  expect(fsdp_opt::runtime::hasCudaBackend(), "runtime built without the CUDA backend");
+
+  const at::ScalarType f16 = at::kHalf, bf16 = at::kBFloat16, f32 = at::kFloat, f64 = at::kDouble;
+  for (int64_t w = 1; w <= 4; ++w) {
+    for (c10::optional<at::ScalarType> pd : {c10::optional<at::ScalarType>(), c10::optional<at::ScalarType>(bf16),
+                                             c10::optional<at::ScalarType>(f16), c10::optional<at::ScalarType>(f32),
+                                             c10::optional<at::ScalarType>(f64)}) {
+      const std::string name = "copy_roundtrip_w" + std::to_string(w) + "_" +
+                               (pd ? std::string(c10::toString(*pd)) : std::string("own"));
+      run(name.c_str(), [&] {
+        copyRoundTrip(unitSpecs(), w, pd, 0);
+        copyRoundTrip(unitSpecs(), w, pd, 1);
+      });
+    }
+  }
+  run("copy_roundtrip_many_segments", [&] {
+    std::vector<Spec> many;
+    for (int i = 0; i < 90; ++i) many.push_back({{1 + i % 5, 3}, i % 2 ? f32 : bf16});
+    copyRoundTrip(many, 3, c10::optional<at::ScalarType>(f16), 0);  // > 64 segments: uploaded
+  });
+  run("copy_roundtrip_large", [&] {
+    copyRoundTrip({{{4099, 1025}, f32}, {{77, 3}, f64}}, 4, c10::optional<at::ScalarType>(bf16), 0);
+  });
+
+  for (c10::optional<at::ScalarType> pd :
+       {c10::optional<at::ScalarType>(), c10::optional<at::ScalarType>(bf16), c10::optional<at::ScalarType>(f16)}) {
+    const std::string name = std::string("all_gather_w1_") + (pd ? c10::toString(*pd) : "own");
+    run(name.c_str(), [&] {
+      Unit u = makeUnit(unitSpecs(), 10);
+      fsdp_opt::runtime::resetStats();
+      callOp("fsdp::all_gather", "", {c10::IValue(u.params), c10::IValue(u.rows),
+                                      c10::IValue(std::string("u")), dtypeArg(pd)});
+      checkFull(u, pd);
+      if (!pd && !nccl) {
+        for (size_t i = 0; i < u.params.size(); ++i) {
+          expect(u.params[i].data_ptr() == u.ptrs[i], "world size 1 without a cast copied");
+        }
+      }
+      expect(stat("all_gathers") == 1, "all_gathers != 1");
+      callOp("fsdp::reshard", "", {c10::IValue(u.params), c10::IValue(std::string("u"))});
+      checkSharded(u);
+    });
+  }
+
+  run("start_wait_w1", [&] {
+    Unit u = makeUnit(unitSpecs(), 20);
+    auto h = callOp("fsdp::all_gather_start", "",
+                    {c10::IValue(u.params), c10::IValue(u.rows), c10::IValue(std::string("s")),
+                     dtypeArg(bf16)});
+    checkSharded(u);
+    expect(stat("in_flight") == 1, "in_flight != 1 after start");
+    at::Tensor x = at::randn({512, 512}, at::kCUDA);
+    at::Tensor y = at::mm(x, x);  // work between start and wait
+    callOp("fsdp::all_gather_wait", "", {h.at(0)});
+    checkFull(u, bf16);
+    expect(y.size(0) == 512, "work between start and wait");
+    callOp("fsdp::reshard", "", {c10::IValue(u.params), c10::IValue(std::string("s"))});
+    checkSharded(u);
+  });
+
+  run("release_all_drops_cuda_handle", [&] {
+    Unit u = makeUnit(unitSpecs(), 30);
+    callOp("fsdp::all_gather_start", "",
+           {c10::IValue(u.params), c10::IValue(u.rows), c10::IValue(std::string("r")), dtypeArg(f16)});
+    callOp("fsdp::release_all", "", {});
+    checkSharded(u);
+    expect(stat("in_flight") == 0 && stat("unsharded_bytes") == 0, "state after release_all");
+  });
+
+  run("gather_waits_for_the_callers_stream", [&] {
+    // The shards are written on a side stream behind a long sleep; the gather must see them.
+    Unit u = makeUnit({{{1024, 256}, f32}}, 40);
+    c10::cuda::CUDAStream side = c10::cuda::getStreamFromPool(false, 0);
+    {
+      c10::cuda::CUDAStreamGuard g(side);
+      at::cuda::sleep(50 * 1000 * 1000);
+      u.params[0].detach().fill_(1.5);
+    }
+    c10::cuda::CUDAStreamGuard g(side);
+    callOp("fsdp::all_gather", "", {c10::IValue(u.params), c10::IValue(u.rows),
+                                    c10::IValue(std::string("w")), dtypeArg(bf16)});
+    at::Tensor sum = u.params[0].to(at::kDouble).sum();  // on `side`, after the gather
+    expect(sum.item<double>() == 1.5 * 1024 * 256, "the gather did not wait for the caller's stream");
+    callOp("fsdp::reshard", "", {c10::IValue(u.params), c10::IValue(std::string("w"))});
+  });
+
+  run("full_buffer_outlives_reads_on_the_callers_stream", [&] {
+    // Unit A is gathered and read on stream S1 behind a sleep, then resharded at once (host).
+    // Unit B (same size) is then gathered from stream S2. Without recordStream, B's full buffer
+    // could reuse A's memory while S1 still has to read it.
+    Unit a = makeUnit({{{2048, 512}, f32}}, 50);
+    Unit b = makeUnit({{{2048, 512}, f32}}, 51);
+    c10::cuda::CUDAStream s1 = c10::cuda::getStreamFromPool(false, 0);
+    c10::cuda::CUDAStream s2 = c10::cuda::getStreamFromPool(false, 0);
+    at::Tensor readA;
+    {
+      c10::cuda::CUDAStreamGuard g(s1);
+      callOp("fsdp::all_gather", "", {c10::IValue(a.params), c10::IValue(a.rows),
+                                      c10::IValue(std::string("a")), dtypeArg(bf16)});
+      at::cuda::sleep(100 * 1000 * 1000);
+      readA = a.params[0].clone();  // read on s1 after the sleep
+      callOp("fsdp::reshard", "", {c10::IValue(a.params), c10::IValue(std::string("a"))});
+    }
+    {
+      c10::cuda::CUDAStreamGuard g(s2);
+      callOp("fsdp::all_gather", "", {c10::IValue(b.params), c10::IValue(b.rows),
+                                      c10::IValue(std::string("b")), dtypeArg(bf16)});
+      callOp("fsdp::reshard", "", {c10::IValue(b.params), c10::IValue(std::string("b"))});
+    }
+    s1.synchronize();
+    expect(sameBits(readA, a.fulls[0].to(bf16)), "A's gathered data was overwritten before S1 read it");
+  });
+
+  std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  return g_failed == 0 ? 0 : 1;
+}
