@@ -49,6 +49,11 @@ print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(root), "nvidia", "*
       extra_args+=("-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,${torch_paths[2]}"
                    "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,${torch_paths[2]}")
     fi
+    # The CUDA/NCCL runtime backend (docs/runtime.md, "CUDA"): compiled and linked whenever the
+    # CUDA toolkit's nvcc is there, GPU or not; its GPU tests skip without a device.
+    if command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ]; then
+      extra_args+=("-DFSDP_OPT_ENABLE_CUDA=ON")
+    fi
     ;;
   *)
     echo "usage: scripts/build.sh t113|t2" >&2
