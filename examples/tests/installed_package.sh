@@ -43,6 +43,8 @@ echo "== examples/cpp-pipeline against the installed package"
   || { cat "$work/configure.log"; fail "configure of examples/cpp-pipeline"; }
 grep -E 'FsdpOpt|Torch' "$work/build/CMakeCache.txt" | grep -E '^(FsdpOpt_DIR|Torch_DIR)' || true
 grep -q "^FsdpOpt_DIR:PATH=$prefix/lib/cmake/FsdpOpt$" "$work/build/CMakeCache.txt" || fail "FsdpOpt not found in $prefix"
+grep "cpp-pipeline: FsdpOpt" "$work/configure.log"
+grep -q "headers in $prefix/include$" "$work/configure.log" || fail "FsdpOpt_INCLUDE_DIR is not $prefix/include"
 "$FSDP_CMAKE" --build "$work/build" >"$work/build.log" 2>&1 || { cat "$work/build.log"; fail "build of examples/cpp-pipeline"; }
 exe=$work/build/cpp-pipeline
 uses_installed "$exe"
