@@ -96,6 +96,61 @@ CopyPlan planCopyOut(const layout::PackLayout& layout, const void* gathered,
   return plan;
 }
 
+size_t ParamMajorPlan::numCopiedIn() const {
+  size_t n = 0;
+  for (SendFrom f : from) n += (f == SendFrom::kCopyIn || f == SendFrom::kStrided) ? 1 : 0;
+  return n;
+}
+
+ParamMajorPlan planParamMajor(const layout::ParamMajorLayout& layout, int64_t rank,
+                              const std::vector<ShardSource>& shards,
+                              const std::vector<void*>& recv) {
+  const size_t n = layout.numParams();
+  if (shards.size() != n || recv.size() != n) {
+    throw std::invalid_argument("fsdp copy plan: parameter-major plan got " +
+                                std::to_string(shards.size()) + " shards and " +
+                                std::to_string(recv.size()) + " buffers for " +
+                                std::to_string(n) + " parameters");
+  }
+  ParamMajorPlan plan;
+  plan.from.resize(n, SendFrom::kNothing);
+  plan.send.resize(n, nullptr);
+  for (size_t i = 0; i < n; ++i) {
+    const int64_t bytes = layout.shardBytes(i);
+    if (bytes == 0) continue;
+    const ShardSource& s = shards[i];
+    if (s.data == nullptr || recv[i] == nullptr) {
+      throw std::invalid_argument("fsdp copy plan: parameter " + std::to_string(i) +
+                                  " has a null shard or buffer");
+    }
+    const bool cast = s.type != s.gathered;
+    char* slot = static_cast<char*>(recv[i]) + layout.slotOffset(i, rank);
+    if (!cast && s.contiguous) {
+      plan.from[i] = SendFrom::kShard;
+      plan.send[i] = s.data;
+      continue;
+    }
+    plan.send[i] = slot;
+    if (!s.contiguous) {
+      if (cast) {
+        throw std::invalid_argument("fsdp copy plan: parameter " + std::to_string(i) +
+                                    " needs a cast but its shard is not contiguous");
+      }
+      plan.from[i] = SendFrom::kStrided;
+      continue;
+    }
+    const int dstSize = elemSize(s.gathered);
+    if (bytes % dstSize != 0) {
+      throw std::invalid_argument("fsdp copy plan: parameter " + std::to_string(i) + " has " +
+                                  std::to_string(bytes) + " shard bytes, not a whole number of " +
+                                  std::to_string(dstSize) + "-byte elements");
+    }
+    plan.from[i] = SendFrom::kCopyIn;
+    plan.copyIn.addCast(s.data, s.type, slot, s.gathered, bytes / dstSize);
+  }
+  return plan;
+}
+
 void runOnHost(const CopyPlan& plan, int threads) {
   const std::vector<Segment>& segs = plan.segments();
   const int n = static_cast<int>(segs.size());

@@ -144,6 +144,94 @@ std::vector<Segment> PackLayout::unpackSegments(size_t i) const {
   return segs;
 }
 
+ParamMajorLayout::ParamMajorLayout(std::vector<ParamSpec> params, int64_t world)
+    : params_(std::move(params)), world_(world) {
+  requireWorld(world_);
+  int64_t total = 0;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    requireRows(params_[i].fullRows);
+    if (params_[i].rowBytes < 0) {
+      throw std::invalid_argument("fsdp layout: negative row size for parameter " +
+                                  std::to_string(i));
+    }
+    total = addChecked(total, recvBytes(i), "parameter-major buffer sizes");  // overflow check
+  }
+}
+
+int64_t ParamMajorLayout::shardRows(size_t i) const {
+  return layout::shardRows(params_.at(i).fullRows, world_);
+}
+
+int64_t ParamMajorLayout::shardBytes(size_t i) const {
+  return mulChecked(shardRows(i), params_.at(i).rowBytes, "shard size");
+}
+
+int64_t ParamMajorLayout::recvBytes(size_t i) const {
+  return mulChecked(shardBytes(i), world_, "parameter-major buffer size");
+}
+
+int64_t ParamMajorLayout::fullBytes(size_t i) const {
+  return mulChecked(params_.at(i).fullRows, params_.at(i).rowBytes, "full size");
+}
+
+int64_t ParamMajorLayout::slotOffset(size_t i, int64_t rank) const {
+  if (rank < 0 || rank >= world_) {
+    throw std::invalid_argument("fsdp layout: rank " + std::to_string(rank) +
+                                " out of range for world size " + std::to_string(world_));
+  }
+  return rank * shardBytes(i);  // <= recvBytes(i), checked at construction
+}
+
+size_t ParamMajorLayout::numCollectives() const {
+  size_t n = 0;
+  for (size_t i = 0; i < params_.size(); ++i) n += shardBytes(i) > 0 ? 1 : 0;
+  return n;
+}
+
+int64_t ParamMajorLayout::totalShardBytes() const {
+  int64_t t = 0;
+  for (size_t i = 0; i < params_.size(); ++i) t = addChecked(t, shardBytes(i), "total");
+  return t;
+}
+
+int64_t ParamMajorLayout::totalRecvBytes() const {
+  int64_t t = 0;
+  for (size_t i = 0; i < params_.size(); ++i) t = addChecked(t, recvBytes(i), "total");
+  return t;
+}
+
+int64_t ParamMajorLayout::totalFullBytes() const {
+  int64_t t = 0;
+  for (size_t i = 0; i < params_.size(); ++i) t = addChecked(t, fullBytes(i), "total");
+  return t;
+}
+
+void allGatherParamMajorCpu(const ParamMajorLayout& layout,
+                            const std::vector<std::vector<const void*>>& shards,
+                            const std::vector<void*>& recv) {
+  if (shards.size() != static_cast<size_t>(layout.world()) ||
+      recv.size() != layout.numParams()) {
+    throw std::invalid_argument("fsdp layout: allGatherParamMajorCpu got shards of " +
+                                std::to_string(shards.size()) + " ranks and " +
+                                std::to_string(recv.size()) + " buffers for " +
+                                std::to_string(layout.world()) + " ranks and " +
+                                std::to_string(layout.numParams()) + " parameters");
+  }
+  for (int64_t r = 0; r < layout.world(); ++r) {
+    if (shards[static_cast<size_t>(r)].size() != layout.numParams()) {
+      throw std::invalid_argument("fsdp layout: allGatherParamMajorCpu: rank " +
+                                  std::to_string(r) + " has the wrong number of shards");
+    }
+    for (size_t i = 0; i < layout.numParams(); ++i) {
+      const int64_t n = layout.shardBytes(i);
+      if (n > 0) {
+        std::memcpy(static_cast<char*>(recv[i]) + layout.slotOffset(i, r),
+                    shards[static_cast<size_t>(r)][i], static_cast<size_t>(n));
+      }
+    }
+  }
+}
+
 void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, void* packed) {
   if (shards.size() != layout.numParams()) {
     throw std::invalid_argument("fsdp layout: packCpu got " + std::to_string(shards.size()) +

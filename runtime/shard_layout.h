@@ -13,6 +13,9 @@
 // (gatheredBytes() = W * packedBytes()). unpackSegments(i) lists the byte ranges to copy from
 // that gathered buffer into the full tensor of parameter i (padding dropped). The CPU pack and
 // unpack below and the CUDA copy plans (copy_plan.h) both work from this one layout.
+//
+// ParamMajorLayout is the CUDA path's alternative (FSDP_OPT_CUDA_GATHER_LAYOUT=per-param): one
+// all-gather per parameter straight into its full buffer, nothing copied out afterwards.
 #pragma once
 
 #include <cstddef>
@@ -96,6 +99,55 @@ class PackLayout {
   int64_t alignment_;
   int64_t packedBytes_ = 0;
 };
+
+/// Layout of a parameter-major gather: one all-gather per parameter (issued as one group),
+/// straight into that parameter's own buffer, so nothing is copied out afterwards. Parameter
+/// i's buffer holds world() * shardRows(i) rows: rank r's shard (padding rows included) lands
+/// at byte slotOffset(i, r) = r * shardBytes(i), which is exactly where the parameter's rows
+/// [r*c, (r+1)*c) belong in a full tensor, so the full parameter is the buffer's first
+/// fullRows rows (a view) and the padding rows of the last ranks simply trail it. The price is
+/// recvBytes(i) - fullBytes(i) (at most (world-1) rows) of extra memory per parameter and one
+/// collective per parameter instead of one per unit. No alignment: a slot starts wherever
+/// r * shardBytes(i) falls.
+class ParamMajorLayout {
+ public:
+  ParamMajorLayout(std::vector<ParamSpec> params, int64_t world);
+
+  int64_t world() const { return world_; }
+  size_t numParams() const { return params_.size(); }
+  const ParamSpec& param(size_t i) const { return params_.at(i); }
+
+  /// Rows of parameter i's shard (same on every rank).
+  int64_t shardRows(size_t i) const;
+  /// Bytes parameter i's all-gather sends from each rank: shardRows(i) * rowBytes.
+  int64_t shardBytes(size_t i) const;
+  /// Bytes of parameter i's buffer (what its all-gather receives): world() * shardBytes(i).
+  int64_t recvBytes(size_t i) const;
+  /// Bytes of parameter i unsharded (the view's bytes): fullRows * rowBytes <= recvBytes(i).
+  int64_t fullBytes(size_t i) const;
+  /// Where rank r's shard of parameter i lands in its buffer: r * shardBytes(i).
+  int64_t slotOffset(size_t i, int64_t rank) const;
+
+  /// All-gathers in the group: parameters with at least one byte to send.
+  size_t numCollectives() const;
+  /// Sums over the parameters.
+  int64_t totalShardBytes() const;
+  int64_t totalRecvBytes() const;
+  int64_t totalFullBytes() const;
+  /// Memory the buffers hold beyond the full parameters: totalRecvBytes - totalFullBytes.
+  int64_t paddingBytes() const { return totalRecvBytes() - totalFullBytes(); }
+
+ private:
+  std::vector<ParamSpec> params_;
+  int64_t world_;
+};
+
+/// Reference of a parameter-major gather over raw bytes: parameter i's buffer (recvBytes(i)
+/// bytes at recv[i]) gets every rank's shard at its slot; shards[r][i] is rank r's shard of
+/// parameter i (shardBytes(i) bytes). Its first fullBytes(i) bytes are then the full parameter.
+void allGatherParamMajorCpu(const ParamMajorLayout& layout,
+                            const std::vector<std::vector<const void*>>& shards,
+                            const std::vector<void*>& recv);
 
 /// Reference CPU implementations over raw bytes (used by the CPU backend and the tests).
 /// pack: copies shard i (shardBytes(i) bytes at shards[i]) to `packed + offset(i)` and zeroes

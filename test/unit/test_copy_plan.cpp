@@ -374,3 +374,137 @@ TEST(CopyPlan, CopyInWritesEveryPackedByte) {
   for (size_t k = 0; k < packed.size(); ++k) ASSERT_NE(packed[k], 0xEE) << k;
   EXPECT_EQ(l.packedBytes() % PackLayout::kDefaultAlignment, 0);
 }
+
+// ---- parameter-major gathers: per-parameter all-gathers, no copy-out ----------------------
+
+using fsdp_opt::layout::ParamMajorLayout;
+
+TEST(ParamMajorPlan, SendsContiguousShardsAsTheyAre) {
+  const ElemType f32 = ElemType::kF32, bf16 = ElemType::kBF16, raw = ElemType::kBytes;
+  // rows, row bytes (in the gathered type): a plain shard, a cast one, an empty one, a
+  // non-contiguous one without a cast, a raw (integer) one
+  const ParamMajorLayout l({{10, 3 * 2}, {4, 8 * 4}, {0, 4}, {6, 5 * 4}, {7, 8}}, 3);
+  std::vector<std::vector<uint8_t>> shards, bufs;
+  std::vector<void*> recv;
+  for (size_t i = 0; i < l.numParams(); ++i) {
+    shards.emplace_back(static_cast<size_t>(l.shardBytes(i) * 2 + 8), 0x22);
+    bufs.emplace_back(static_cast<size_t>(l.recvBytes(i)), 0xEE);
+    recv.push_back(bufs.back().data());
+  }
+  std::vector<ShardSource> src = {{shards[0].data(), f32, bf16, true},
+                                  {shards[1].data(), f32, f32, true},
+                                  {shards[2].data(), f32, f32, true},
+                                  {shards[3].data(), f32, f32, false},
+                                  {shards[4].data(), raw, raw, true}};
+  const ParamMajorPlan p = planParamMajor(l, 1, src, recv);
+  ASSERT_EQ(p.from.size(), 5u);
+  EXPECT_EQ(p.from[0], SendFrom::kCopyIn);
+  EXPECT_EQ(p.send[0], bufs[0].data() + l.slotOffset(0, 1));  // in place: this rank's slot
+  EXPECT_EQ(p.from[1], SendFrom::kShard);
+  EXPECT_EQ(p.send[1], shards[1].data());
+  EXPECT_EQ(p.from[2], SendFrom::kNothing);
+  EXPECT_EQ(p.send[2], nullptr);
+  EXPECT_EQ(p.from[3], SendFrom::kStrided);
+  EXPECT_EQ(p.send[3], bufs[3].data() + l.slotOffset(3, 1));
+  EXPECT_EQ(p.from[4], SendFrom::kShard);
+  EXPECT_EQ(p.numCopiedIn(), 2u);
+  // ONE launch: the cast of parameter 0 only, writing exactly its slot.
+  ASSERT_EQ(p.copyIn.segments().size(), 1u);
+  EXPECT_EQ(p.copyIn.bytesWritten(), l.shardBytes(0));
+  EXPECT_EQ(p.copyIn.segments()[0].dst, bufs[0].data() + l.slotOffset(0, 1));
+
+  // a cast of a non-contiguous shard, and mismatched argument counts, are errors
+  src[3].gathered = bf16;
+  EXPECT_THROW(planParamMajor(l, 1, src, recv), std::invalid_argument);
+  src.pop_back();
+  EXPECT_THROW(planParamMajor(l, 1, src, recv), std::invalid_argument);
+  EXPECT_THROW(planParamMajor(l, 3, {}, {}), std::invalid_argument);
+}
+
+TEST(ParamMajorPlan, NothingToCopyWithoutCasts) {
+  const ParamMajorLayout l({{5, 8}, {3, 4}}, 2);
+  std::vector<uint8_t> a(24), b(8), x(static_cast<size_t>(l.recvBytes(0))), y(static_cast<size_t>(l.recvBytes(1)));
+  const ParamMajorPlan p = planParamMajor(
+      l, 0, {{a.data(), ElemType::kF64, ElemType::kF64, true}, {b.data(), ElemType::kBytes, ElemType::kBytes, true}},
+      {x.data(), y.data()});
+  EXPECT_TRUE(p.copyIn.empty());
+  EXPECT_EQ(p.numCopiedIn(), 0u);
+}
+
+namespace {
+
+// A whole parameter-major gather in host memory with casts: every rank plans and runs its
+// copy-in (with the kernel's per-block code) into its own buffers, the all-gather copies every
+// rank's send bytes into every rank's slot, and each rank's first fullBytes must be the c10 cast
+// of the original: the same bytes the packed path produces (GatherRoundTripWithCasts).
+void paramMajorGather(const std::vector<TestParam>& params, int64_t world, uint64_t seed,
+                      int threads) {
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<uint8_t>> originals;
+  std::vector<ParamSpec> specs;
+  for (const TestParam& p : params) {
+    originals.push_back(randomElems(rng, p.own, p.rows * p.rowElems));
+    specs.push_back({p.rows, p.rowElems * elemSize(p.gathered)});
+  }
+  const ParamMajorLayout l(specs, world);
+  // per rank: its shards (own type, zero padded) and its buffers
+  std::vector<std::vector<std::vector<uint8_t>>> shards(static_cast<size_t>(world));
+  std::vector<std::vector<std::vector<uint8_t>>> bufs(static_cast<size_t>(world));
+  std::vector<ParamMajorPlan> plans;
+  for (int64_t r = 0; r < world; ++r) {
+    std::vector<ShardSource> src;
+    std::vector<void*> recv;
+    for (size_t i = 0; i < params.size(); ++i) {
+      const TestParam& p = params[i];
+      const int64_t rowBytes = p.rowElems * elemSize(p.own);
+      std::vector<uint8_t> shard(static_cast<size_t>(l.shardRows(i) * rowBytes), 0);
+      const int64_t rows = fsdp_opt::layout::validRowsOnRank(p.rows, world, r);
+      if (rows > 0) {
+        std::memcpy(shard.data(),
+                    originals[i].data() + fsdp_opt::layout::rowBegin(p.rows, world, r) * rowBytes,
+                    static_cast<size_t>(rows * rowBytes));
+      }
+      shards[static_cast<size_t>(r)].push_back(std::move(shard));
+      bufs[static_cast<size_t>(r)].emplace_back(static_cast<size_t>(l.recvBytes(i)), 0xAB);
+      src.push_back({shards[static_cast<size_t>(r)].back().data(), p.own, p.gathered, true});
+      recv.push_back(bufs[static_cast<size_t>(r)].back().data());
+    }
+    plans.push_back(planParamMajor(l, r, src, recv));
+    runOnHost(plans.back().copyIn, threads);
+  }
+  // the grouped all-gather: rank q's send bytes of parameter i into every rank's slot q
+  for (int64_t r = 0; r < world; ++r) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      for (int64_t q = 0; q < world; ++q) {
+        const ParamMajorPlan& pq = plans[static_cast<size_t>(q)];
+        if (pq.from[i] == SendFrom::kNothing) continue;
+        uint8_t* dst = bufs[static_cast<size_t>(r)][i].data() + l.slotOffset(i, q);
+        if (r == q && pq.send[i] == dst) continue;  // in place
+        std::memmove(dst, pq.send[i], static_cast<size_t>(l.shardBytes(i)));
+      }
+    }
+  }
+  for (int64_t r = 0; r < world; ++r) {
+    for (size_t i = 0; i < params.size(); ++i) {
+      const auto& b = bufs[static_cast<size_t>(r)][i];
+      const std::vector<uint8_t> view(b.begin(), b.begin() + l.fullBytes(i));
+      EXPECT_EQ(view, c10Cast(originals[i], params[i].own, params[i].gathered))
+          << "param " << i << " on rank " << r << " of " << world;
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ParamMajorPlan, GatherWithCastsEqualsC10Cast) {
+  const ElemType f16 = ElemType::kF16, bf16 = ElemType::kBF16, f32 = ElemType::kF32,
+                 f64 = ElemType::kF64, raw = ElemType::kBytes;
+  const std::vector<TestParam> params = {
+      {10, 3, f32, bf16}, {2, 5, f64, f16},  {7, 8, raw, raw},  {1, 8, f16, f32},
+      {0, 3, f32, bf16},  {13, 1, bf16, f64}, {9, 2, f32, f32}, {5, 3, f64, f32},
+      {3, 7, f32, f16},   {4, 3, bf16, f16}};
+  for (int64_t w = 1; w <= 5; ++w) paramMajorGather(params, w, static_cast<uint64_t>(w), 32);
+  std::vector<TestParam> many = {{3000, 17, f32, bf16}, {1000, 33, raw, raw}};
+  for (int i = 0; i < 80; ++i) many.push_back({static_cast<int64_t>(i % 7), 3, f32, f16});
+  paramMajorGather(many, 4, 5, kThreadsPerBlock);
+}

@@ -210,3 +210,124 @@ TEST(PackLayout, PackZeroesAlignmentGaps) {
   EXPECT_EQ(packed[16], 4);
   EXPECT_THROW(packCpu(l, {a.data()}, packed.data()), std::invalid_argument);
 }
+
+// ---- parameter-major layout (one all-gather per parameter, no copy-out) --------------------
+
+TEST(ParamMajorLayout, SizesAndSlots) {
+  // 10 rows of 12 bytes on 4 ranks: 3 rows a rank, a buffer of 12 rows, the full tensor its
+  // first 10 (2 padding rows of the last rank trail it).
+  const ParamMajorLayout l({{10, 12}, {0, 8}, {3, 5}, {7, 0}}, 4);
+  EXPECT_EQ(l.numParams(), 4u);
+  EXPECT_EQ(l.shardRows(0), 3);
+  EXPECT_EQ(l.shardBytes(0), 36);
+  EXPECT_EQ(l.recvBytes(0), 144);
+  EXPECT_EQ(l.fullBytes(0), 120);
+  for (int64_t r = 0; r < 4; ++r) EXPECT_EQ(l.slotOffset(0, r), r * 36);
+  EXPECT_EQ(l.shardBytes(1), 0);  // zero rows
+  EXPECT_EQ(l.recvBytes(1), 0);
+  EXPECT_EQ(l.shardRows(2), 1);   // 3 rows on 4 ranks: rank 3 holds only padding
+  EXPECT_EQ(l.recvBytes(2), 20);
+  EXPECT_EQ(l.fullBytes(2), 15);
+  EXPECT_EQ(l.shardBytes(3), 0);  // zero-byte rows
+  EXPECT_EQ(l.numCollectives(), 2u);
+  EXPECT_EQ(l.totalShardBytes(), 36 + 5);
+  EXPECT_EQ(l.totalRecvBytes(), 144 + 20);
+  EXPECT_EQ(l.totalFullBytes(), 120 + 15);
+  EXPECT_EQ(l.paddingBytes(), 24 + 5);
+  EXPECT_THROW(l.slotOffset(0, 4), std::invalid_argument);
+  EXPECT_THROW(l.slotOffset(0, -1), std::invalid_argument);
+}
+
+TEST(ParamMajorLayout, WorldOneHasNoPadding) {
+  const ParamMajorLayout l({{10, 12}, {1, 3}}, 1);
+  EXPECT_EQ(l.recvBytes(0), l.fullBytes(0));
+  EXPECT_EQ(l.paddingBytes(), 0);
+}
+
+TEST(ParamMajorLayout, BadInputs) {
+  EXPECT_THROW(ParamMajorLayout({{1, 1}}, 0), std::invalid_argument);
+  EXPECT_THROW(ParamMajorLayout({{-1, 1}}, 2), std::invalid_argument);
+  EXPECT_THROW(ParamMajorLayout({{1, -1}}, 2), std::invalid_argument);
+  EXPECT_THROW(ParamMajorLayout({{INT64_MAX / 2, 4}}, 1), std::overflow_error);
+  EXPECT_THROW(ParamMajorLayout({{INT64_MAX / 8, 1}, {INT64_MAX / 8, 1}, {INT64_MAX / 8, 1},
+                                 {INT64_MAX / 8, 1}, {INT64_MAX / 8, 1}, {INT64_MAX / 8, 1},
+                                 {INT64_MAX / 8, 1}, {INT64_MAX / 8, 1}, {INT64_MAX / 8, 1}},
+                                1),
+               std::overflow_error);  // the sum of the buffers overflows
+}
+
+namespace {
+
+// Every rank's shards of every parameter (SPEC section 2, zero padded) gathered parameter-major:
+// each buffer's first fullBytes must be the original, and equal the packed path's unpack.
+void paramMajorRoundTrip(const std::vector<ParamSpec>& specs, int64_t world, uint32_t seed) {
+  std::mt19937 rng(seed);
+  const ParamMajorLayout l(specs, world);
+  const PackLayout packed(specs, world);
+  std::vector<std::vector<uint8_t>> originals;
+  for (const ParamSpec& s : specs) {
+    std::vector<uint8_t> bytes(static_cast<size_t>(s.fullRows * s.rowBytes));
+    for (auto& b : bytes) b = static_cast<uint8_t>(rng());
+    originals.push_back(std::move(bytes));
+  }
+  std::vector<std::vector<std::vector<uint8_t>>> shards(static_cast<size_t>(world));
+  std::vector<std::vector<const void*>> ptrs(static_cast<size_t>(world));
+  std::vector<uint8_t> gathered(static_cast<size_t>(packed.gatheredBytes()), 0xAB);
+  for (int64_t r = 0; r < world; ++r) {
+    auto& mine = shards[static_cast<size_t>(r)];
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const ParamSpec& s = specs[i];
+      std::vector<uint8_t> shard(static_cast<size_t>(l.shardBytes(i)), 0);
+      const int64_t rows = validRowsOnRank(s.fullRows, world, r);
+      if (rows > 0) {
+        std::memcpy(shard.data(), originals[i].data() + rowBegin(s.fullRows, world, r) * s.rowBytes,
+                    static_cast<size_t>(rows * s.rowBytes));
+      }
+      mine.push_back(std::move(shard));
+    }
+    for (const auto& s : mine) ptrs[static_cast<size_t>(r)].push_back(s.data());
+    packCpu(packed, ptrs[static_cast<size_t>(r)], gathered.data() + r * packed.packedBytes());
+  }
+  std::vector<std::vector<uint8_t>> bufs, unpacked;
+  std::vector<void*> recv, outs;
+  for (size_t i = 0; i < specs.size(); ++i) {
+    bufs.emplace_back(static_cast<size_t>(l.recvBytes(i)), 0xCD);
+    recv.push_back(bufs.back().data());
+    unpacked.emplace_back(static_cast<size_t>(packed.fullBytes(i)), 0xEF);
+    outs.push_back(unpacked.back().data());
+  }
+  allGatherParamMajorCpu(l, ptrs, recv);
+  unpackCpu(packed, gathered.data(), outs);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    const std::vector<uint8_t> view(bufs[i].begin(), bufs[i].begin() + l.fullBytes(i));
+    EXPECT_EQ(view, originals[i]) << "param " << i << " world " << world;
+    EXPECT_EQ(view, unpacked[i]) << "param " << i << " world " << world;
+    for (size_t k = static_cast<size_t>(l.fullBytes(i)); k < bufs[i].size(); ++k) {
+      ASSERT_EQ(bufs[i][k], 0) << "the trailing rows are the last ranks' zero padding";
+    }
+  }
+}
+
+}  // namespace
+
+TEST(ParamMajorLayout, RoundTripMatchesThePackedLayout) {
+  const std::vector<ParamSpec> specs = {{10, 12}, {2, 10}, {7, 8}, {1, 32}, {0, 12}, {13, 3}};
+  for (int64_t w = 1; w <= 6; ++w) paramMajorRoundTrip(specs, w, static_cast<uint32_t>(w));
+  std::mt19937 rng(4321);
+  for (int iter = 0; iter < 200; ++iter) {
+    std::vector<ParamSpec> many;
+    const int n = static_cast<int>(rng() % 6);
+    for (int i = 0; i < n; ++i) {
+      many.push_back({static_cast<int64_t>(rng() % 17), static_cast<int64_t>(rng() % 9)});
+    }
+    paramMajorRoundTrip(many, 1 + static_cast<int64_t>(rng() % 8), rng());
+  }
+}
+
+TEST(ParamMajorLayout, CpuGatherChecksItsArguments) {
+  const ParamMajorLayout l({{4, 2}}, 2);
+  std::vector<uint8_t> a(4), buf(8);
+  EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}}, {buf.data()}), std::invalid_argument);
+  EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}, {}}, {buf.data()}), std::invalid_argument);
+  EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}, {a.data()}}, {}), std::invalid_argument);
+}
