@@ -36,6 +36,11 @@ std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesAsync(const 
   unsupported("asynchronous all-gather");
 }
 
+std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesGroupedAsync(
+    const std::vector<at::Tensor>&, const std::vector<at::Tensor>&) {
+  unsupported("grouped all-gathers");
+}
+
 void CollectiveBackend::barrier() { unsupported("barrier"); }
 
 }  // namespace runtime

@@ -1,7 +1,8 @@
 // The runtime's collective backend interface, shaped like c10d::Backend but reduced to what
 // fsdp needs: a byte all-gather (the runtime packs all shards of a unit, whatever their dtypes,
-// into one byte buffer, so one collective serves a whole unit). One implementation per device
-// kind: Gloo over c10d::ProcessGroupGloo for CPU tensors (gloo_backend.cpp); NCCL with the
+// into one byte buffer, so one collective serves a whole unit), and a grouped form of it (one
+// all-gather per parameter, for the CUDA path's parameter-major layout). One implementation per
+// device kind: Gloo over c10d::ProcessGroupGloo for CPU tensors (gloo_backend.cpp); NCCL with the
 // runtime's own communicator for CUDA tensors (cuda/nccl_backend.cpp, built with
 // FSDP_OPT_ENABLE_CUDA). Anything a backend cannot do throws "backend NAME does not support WHAT".
 #pragma once
@@ -54,6 +55,15 @@ class CollectiveBackend {
   /// Starts the same collective; `input` and `output` must stay alive until wait() returns.
   virtual std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
                                                                  const at::Tensor& output);
+
+  /// Starts one all-gather per (inputs[k], outputs[k]) pair as ONE group (NCCL: the calls
+  /// between ncclGroupStart and ncclGroupEnd, launched together): inputs[k] (contiguous uint8,
+  /// n_k bytes, the same n_k on every rank) into outputs[k] (contiguous uint8, size() * n_k
+  /// bytes). inputs[k] may be outputs[k]'s own slot [rank() * n_k, (rank() + 1) * n_k): that
+  /// gather runs in place. Every tensor must stay alive until wait() returns. Only the CUDA
+  /// backend has it (the parameter-major layout, docs/runtime.md).
+  virtual std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
+      const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
   /// Blocks until every rank has reached the barrier.
   virtual void barrier();

@@ -1,8 +1,11 @@
 // The CUDA unshard path: streams, events, buffer lifetime, and the copy kernel's plans. The
 // collective itself is the NCCL backend's (nccl_backend.cpp); everything here also runs at
-// world size 1, where there is no NCCL call. See cuda_unshard.h for the protocol.
+// world size 1, where there is no NCCL call. Two layouts for the NCCL path: packed (one
+// all-gather per unit, copy-in and copy-out kernels) and per-param (one all-gather per
+// parameter in one NCCL group, no copy-out). See cuda_unshard.h for the protocol.
 #include "cuda_unshard.h"
 
+#include <atomic>
 #include <cstdlib>
 #include <cstring>
 #include <map>
@@ -38,6 +41,21 @@ bool forceNccl() {
   return value;
 }
 
+// FSDP_OPT_CUDA_GATHER_LAYOUT, read once; a process may override it (setGatherLayout).
+std::atomic<int> g_layoutOverride{-1};
+
+GatherLayout layoutFromEnv() {
+  static const GatherLayout value = [] {
+    const char* v = std::getenv("FSDP_OPT_CUDA_GATHER_LAYOUT");
+    const std::string s = v == nullptr ? "" : v;
+    if (s.empty() || s == "packed") return GatherLayout::kPacked;
+    if (s == "per-param") return GatherLayout::kPerParam;
+    TORCH_CHECK(false, "fsdp: FSDP_OPT_CUDA_GATHER_LAYOUT=", s,
+                " is not a gather layout; use packed (the default) or per-param");
+  }();  // a bad value throws here, and again at every later gather (the static stays unset)
+  return value;
+}
+
 std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
   std::vector<int64_t> sizes = shard.sizes().vec();
   sizes[0] = fullRows;
@@ -67,6 +85,8 @@ class CudaUnshard final : public PendingUnshard {
     const size_t n = req.shards.size();
     fulls_.resize(n);
     const bool collective = req.world > 1 || forceNccl();
+    const bool perParam = gatherLayout() == GatherLayout::kPerParam;  // checks the variable
+    perParam_ = collective && perParam;
     std::vector<size_t> work;  // groups that need a full buffer
     for (size_t i = 0; i < n; ++i) {
       if (collective || req.shards[i].scalar_type() != req.dtypes[i]) work.push_back(i);
@@ -83,6 +103,7 @@ class CudaUnshard final : public PendingUnshard {
 
     c10::cuda::CUDAStreamGuard onGather(gather);
     std::vector<at::Tensor> sources(n);
+    std::vector<at::Tensor> buffers(n);  // per-param: each parameter's W * shardRows rows
     for (size_t i : work) {
       const at::Tensor& shard = req.shards[i];
       // The shard's memory belongs to the caller's stream; this stream reads it now.
@@ -93,13 +114,24 @@ class CudaUnshard final : public PendingUnshard {
           !(elemTypeOf(s.scalar_type(), from) && elemTypeOf(req.dtypes[i], to))) {
         s = s.to(req.dtypes[i]);  // a dtype the kernel does not convert (float8, ...): torch's cast
       }
-      sources[i] = s.contiguous();
+      // The copy kernel reads contiguous memory. Per-param, a shard that needs no cast stays as
+      // it is: sent directly when contiguous, else copied (strided) into its slot.
+      const bool cast = s.scalar_type() != req.dtypes[i];
+      sources[i] = perParam_ && !cast ? s : s.contiguous();
       // Allocated on the gather stream, now: a started gather holds its memory from here on.
-      fulls_[i] = at::empty(fullSizes(shard, req.fullRows[i]),
-                            at::TensorOptions().dtype(req.dtypes[i]).device(device_));
+      const auto opts = at::TensorOptions().dtype(req.dtypes[i]).device(device_);
+      if (perParam_) {
+        const int64_t rows = req.world * layout::shardRows(req.fullRows[i], req.world);
+        buffers[i] = at::empty(fullSizes(shard, rows), opts);
+        fulls_[i] = buffers[i].narrow(0, 0, req.fullRows[i]);  // a view: the padding rows trail it
+      } else {
+        fulls_[i] = at::empty(fullSizes(shard, req.fullRows[i]), opts);
+      }
     }
 
-    if (!collective) {
+    if (perParam_) {
+      startPerParam(req, context, sources, buffers);
+    } else if (!collective) {
       copyplan::CopyPlan plan;
       for (size_t i : work) {
         ElemType src, dst;
@@ -137,6 +169,57 @@ class CudaUnshard final : public PendingUnshard {
     started_ = true;
   }
 
+  // The parameter-major layout (FSDP_OPT_CUDA_GATHER_LAYOUT=per-param): copy-in only of the
+  // shards that need a cast (one launch, into this rank's slot of their own buffer) or are not
+  // contiguous (a strided copy each), then one all-gather per parameter in one NCCL group,
+  // straight into the buffers. No send or receive buffer, no copy-out.
+  void startPerParam(const UnshardRequest& req, const std::string& context,
+                     const std::vector<at::Tensor>& sources, const std::vector<at::Tensor>& buffers) {
+    const size_t n = req.shards.size();
+    std::vector<layout::ParamSpec> specs;
+    std::vector<copyplan::ShardSource> src(n);
+    std::vector<void*> recv(n);
+    for (size_t i = 0; i < n; ++i) {
+      specs.push_back(layout::ParamSpec{req.fullRows[i], rowBytesAs(req.shards[i], req.dtypes[i])});
+      kernelTypes(sources[i].scalar_type(), req.dtypes[i], src[i].type, src[i].gathered);
+      src[i].data = sources[i].numel() > 0 ? sources[i].data_ptr() : nullptr;
+      src[i].contiguous = sources[i].is_contiguous();
+      recv[i] = buffers[i].numel() > 0 ? buffers[i].data_ptr() : nullptr;
+    }
+    const layout::ParamMajorLayout pm(std::move(specs), req.world);
+    const copyplan::ParamMajorPlan plan = copyplan::planParamMajor(pm, req.rank, src, recv);
+    bytesPerRank_ = pm.totalShardBytes();
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
+    launchPlan(plan.copyIn, stream);
+    std::vector<at::Tensor> inputs, outputs;
+    for (size_t i = 0; i < n; ++i) {
+      if (plan.from[i] == copyplan::SendFrom::kNothing) continue;
+      const int64_t c = pm.shardRows(i);
+      if (plan.from[i] == copyplan::SendFrom::kStrided) {
+        buffers[i].narrow(0, req.rank * c, c).copy_(sources[i]);  // torch's strided copy, this stream
+      }
+      at::Tensor out = buffers[i].view({-1}).view(at::kByte);
+      at::Tensor in = plan.from[i] == copyplan::SendFrom::kShard
+                          ? sources[i].view({-1}).view(at::kByte)
+                          : out.narrow(0, pm.slotOffset(i, req.rank), pm.shardBytes(i));  // in place
+      TORCH_INTERNAL_ASSERT(in.data_ptr() == plan.send[i] && in.numel() == pm.shardBytes(i) &&
+                            out.numel() == pm.recvBytes(i));
+      inputs.push_back(std::move(in));
+      outputs.push_back(std::move(out));
+    }
+    std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context);
+    backendName_ = backend->name();
+    if (!inputs.empty()) {
+      try {
+        collective_ = backend->allGatherBytesGroupedAsync(inputs, outputs);  // on this stream
+      } catch (const std::exception& e) {
+        throwCollectiveFailure(context, n, bytesPerRank_, backendName_, req.rank, req.world, e);
+      }
+    }
+    // The shards read directly belong to the caller's stream and were recorded on this one;
+    // the buffers were allocated here: nothing else to keep alive past the start.
+  }
+
   void finish() override {
     if (!started_) return;
     c10::cuda::CUDAGuard deviceGuard(device_);
@@ -167,9 +250,21 @@ class CudaUnshard final : public PendingUnshard {
   std::unique_ptr<PendingCollective> collective_;
   std::string backendName_ = "copy";
   int64_t bytesPerRank_ = 0;
+  bool perParam_ = false;
 };
 
 }  // namespace
+
+GatherLayout gatherLayout() {
+  const int o = g_layoutOverride.load();
+  return o >= 0 ? static_cast<GatherLayout>(o) : layoutFromEnv();
+}
+
+void setGatherLayout(GatherLayout layout) { g_layoutOverride.store(static_cast<int>(layout)); }
+
+const char* gatherLayoutName(GatherLayout layout) {
+  return layout == GatherLayout::kPerParam ? "per-param" : "packed";
+}
 
 bool elemTypeOf(at::ScalarType dtype, ElemType& out) {
   switch (dtype) {

@@ -10,6 +10,15 @@
 //           work queued there until the reshard frees it.
 // World size 1 takes a copy-only path: no NCCL, and no work at all unless a param_dtype cast is
 // asked for (one cast-copy launch for the unit).
+//
+// The NCCL path (world size > 1, or FSDP_OPT_CUDA_FORCE_NCCL=1) has two layouts, chosen by
+// FSDP_OPT_CUDA_GATHER_LAYOUT (read once): `packed` (the default; the above) and `per-param`:
+// each full buffer has W * shardRows rows, the full parameter is a view of its first fullRows
+// rows, and start enqueues, on the gather stream, ONE copy-in launch for the shards that need a
+// cast (into this rank's slot of their own buffer) plus a strided copy per non-contiguous shard,
+// then one ncclAllGather per parameter inside ncclGroupStart/End (in place where copied in,
+// else straight from the shard), then `done`. No send or receive buffer and no copy-out; the
+// same events, recordStream calls and buffer lifetime as the packed layout.
 #pragma once
 
 #include <memory>
@@ -26,6 +35,19 @@ namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 namespace cuda {
+
+/// The NCCL path's gather layout (docs/runtime.md, "Gather layouts").
+enum class GatherLayout { kPacked = 0, kPerParam = 1 };
+
+/// The layout gathers started from now on use: the one setGatherLayout() chose, else
+/// FSDP_OPT_CUDA_GATHER_LAYOUT (packed | per-param; unset or empty: packed), read once. Throws
+/// when that variable holds anything else.
+GatherLayout gatherLayout();
+/// Overrides FSDP_OPT_CUDA_GATHER_LAYOUT for this process (the GPU tests and the benchmark run
+/// both layouts in one process). Gathers already started keep theirs.
+void setGatherLayout(GatherLayout layout);
+/// "packed" or "per-param" (the variable's values).
+const char* gatherLayoutName(GatherLayout layout);
 
 /// The unshard path for CUDA tensors (unshard.h).
 std::unique_ptr<PendingUnshard> startCudaUnshard(const UnshardRequest& request,

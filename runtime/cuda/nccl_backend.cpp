@@ -1,6 +1,7 @@
 // CUDA backend: NCCL underneath, with a communicator the runtime owns (not c10d's
-// ProcessGroupNCCL). Deliberately thin: the byte all-gather, communicator creation (unique id
-// through the c10d store), and error handling. Everything around it (packing, casts, streams,
+// ProcessGroupNCCL). Deliberately thin: the byte all-gather (alone, or one per parameter inside
+// ncclGroupStart/End for the parameter-major layout), communicator creation (unique id through
+// the c10d store), and error handling. Everything around it (packing, casts, streams,
 // buffer lifetime, bookkeeping) is shared with the paths that run without NCCL (cuda_unshard.cpp,
 // copy_plan.h, gather.cpp). See docs/runtime.md, "NCCL".
 //
@@ -83,10 +84,43 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
       abortLocked("ncclAllGather failed: " + ncclText(r, comm_));
       throwIfBrokenLocked();
     }
-    auto event = std::make_shared<at::cuda::CUDAEvent>();
-    event->record(stream);
-    outstanding_.push_back(Outstanding{event, Clock::now()});
-    return event;
+    return recordLocked(stream);
+  }
+
+  struct Gather {
+    const void* in;
+    void* out;
+    size_t bytes;
+  };
+
+  /// Enqueues one all-gather per entry of `gathers` between ncclGroupStart and ncclGroupEnd
+  /// (one launch) on `stream` and returns the group's completion event.
+  std::shared_ptr<at::cuda::CUDAEvent> allGatherGroup(const std::vector<Gather>& gathers,
+                                                      const c10::cuda::CUDAStream& stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    throwIfBrokenLocked();
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) {
+      abortLocked("ncclGroupStart failed: " + ncclText(r, comm_));
+      throwIfBrokenLocked();
+    }
+    std::string failed;
+    for (const Gather& g : gathers) {
+      const ncclResult_t e = ncclAllGather(g.in, g.out, g.bytes, ncclUint8, comm_, stream.stream());
+      if (e != ncclSuccess && e != ncclInProgress) {
+        failed = "ncclAllGather (in a group of " + std::to_string(gathers.size()) +
+                 ") failed: " + ncclText(e, comm_);
+        break;
+      }
+    }
+    r = ncclGroupEnd();  // closes the group even after a failed call, which NCCL requires
+    if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
+    if (failed.empty() && r != ncclSuccess) failed = "ncclGroupEnd failed: " + ncclText(r, comm_);
+    if (!failed.empty()) {
+      abortLocked(failed);
+      throwIfBrokenLocked();
+    }
+    return recordLocked(stream);
   }
 
   /// Throws the reason if the communicator was aborted (or destroyed).
@@ -169,6 +203,14 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
       comm_ = nullptr;
     }
     outstanding_.clear();
+  }
+
+  // The completion event of what was just enqueued on `stream`, watched by the watchdog.
+  std::shared_ptr<at::cuda::CUDAEvent> recordLocked(const c10::cuda::CUDAStream& stream) {
+    auto event = std::make_shared<at::cuda::CUDAEvent>();
+    event->record(stream);
+    outstanding_.push_back(Outstanding{event, Clock::now()});
+    return event;
   }
 
   void throwIfBrokenLocked() const {
@@ -281,6 +323,28 @@ class NcclBackend final : public CollectiveBackend {
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
     auto event = comm_->allGather(input.data_ptr(), output.data_ptr(),
                                   static_cast<size_t>(input.numel()), stream);
+    return std::make_unique<NcclPending>(comm_, std::move(event), blockingWait_,
+                                         Clock::now() + options().timeout);
+  }
+
+  std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
+      const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) override {
+    TORCH_CHECK(inputs.size() == outputs.size(), "backend nccl: a grouped all-gather got ",
+                inputs.size(), " inputs for ", outputs.size(), " outputs");
+    std::vector<NcclComm::Gather> gathers;
+    for (size_t k = 0; k < inputs.size(); ++k) {
+      checkAllGatherArgs(inputs[k], outputs[k]);
+      if (!inputs[k].is_cuda() || inputs[k].device().index() != device_) {
+        unsupported("tensors on " + inputs[k].device().str() + " (its communicator is on cuda:" +
+                    std::to_string(device_) + ")");
+      }
+      if (inputs[k].numel() == 0) continue;
+      gathers.push_back({inputs[k].data_ptr(), outputs[k].data_ptr(),
+                         static_cast<size_t>(inputs[k].numel())});
+    }
+    TORCH_CHECK(!gathers.empty(), "backend nccl: a grouped all-gather with no bytes to gather");
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
+    auto event = comm_->allGatherGroup(gathers, stream);
     return std::make_unique<NcclPending>(comm_, std::move(event), blockingWait_,
                                          Clock::now() + options().timeout);
   }
