@@ -423,10 +423,13 @@ TEST(ParamMajorPlan, SendsContiguousShardsAsTheyAre) {
 
 TEST(ParamMajorPlan, NothingToCopyWithoutCasts) {
   const ParamMajorLayout l({{5, 8}, {3, 4}}, 2);
-  std::vector<uint8_t> a(24), b(8), x(static_cast<size_t>(l.recvBytes(0))), y(static_cast<size_t>(l.recvBytes(1)));
-  const ParamMajorPlan p = planParamMajor(
-      l, 0, {{a.data(), ElemType::kF64, ElemType::kF64, true}, {b.data(), ElemType::kBytes, ElemType::kBytes, true}},
-      {x.data(), y.data()});
+  std::vector<uint8_t> a(24), b(8);
+  std::vector<uint8_t> x(static_cast<size_t>(l.recvBytes(0))), y(static_cast<size_t>(l.recvBytes(1)));
+  const ParamMajorPlan p =
+      planParamMajor(l, 0,
+                     {{a.data(), ElemType::kF64, ElemType::kF64, true},
+                      {b.data(), ElemType::kBytes, ElemType::kBytes, true}},
+                     {x.data(), y.data()});
   EXPECT_TRUE(p.copyIn.empty());
   EXPECT_EQ(p.numCopiedIn(), 0u);
 }
