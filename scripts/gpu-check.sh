@@ -16,11 +16,17 @@
 #   build-rt   build/gpu-rt: runtime (CUDA), test_cuda_runtime, fsdp-gpu-bench      } in
 #   build-opt  build/gpu-opt: fsdp-opt (CPU build of the full project, tests off)   } parallel
 #   test-cuda-runtime   ctest -L gpu: copy kernel vs CPU reference, ops, stream protocol;
-#                       copy-only path and FSDP_OPT_CUDA_FORCE_NCCL=1 (one-rank NCCL)
+#                       copy-only path and FSDP_OPT_CUDA_FORCE_NCCL=1 (one-rank NCCL) under
+#                       both gather layouts (FSDP_OPT_CUDA_GATHER_LAYOUT=packed, per-param)
 #   test-cuda-ops       test/gpu/cuda_ops.py: the ops from Python/TorchScript vs CPU reference
+#                       (copy-only, NCCL packed, NCCL per-param)
 #   test-gpt-parity     test/gpu/gpt_parity_cuda.py: rewritten GPT bitwise = original, on the GPU
+#                       (the same three paths)
 #   bench, bench-nccl   fsdp-gpu-bench: copy-in/copy-out bandwidth vs a D2D copy of the same bytes,
-#                       per-call cost of fsdp::all_gather for a 1 MiB and a 1 GiB unit
+#                       per-call cost of fsdp::all_gather for a 1 MiB unit, a 1 GiB unit and a
+#                       unit of 1024 small parameters; bench-nccl measures it under BOTH gather
+#                       layouts side by side and names the faster (docs/runtime.md, "Gather
+#                       layouts": the default stays packed until these figures say otherwise)
 # Ends with summary.txt (also printed) and exits 0 when everything passed, 1 if a test failed or a
 # build broke, 2 if torch sees no CUDA device (then it only checks that everything builds).
 set -uo pipefail
@@ -119,11 +125,11 @@ export FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-60}
 
 # ---- tests ----------------------------------------------------------------------------------
 if [ "$rt_rc" -eq 0 ]; then
-  step test-cuda-runtime 180 ctest --test-dir "$rt" -L gpu --output-on-failure -V || failed=1
+  step test-cuda-runtime 240 ctest --test-dir "$rt" -L gpu --output-on-failure -V || failed=1
   step test-cuda-ops 120 "$python" "$root/test/gpu/cuda_ops.py" "$lib" || failed=1
   if [ "$opt_rc" -eq 0 ]; then
     rm -rf "$out/gpt" && mkdir -p "$out/gpt"
-    step test-gpt-parity 200 "$python" "$root/test/gpu/gpt_parity_cuda.py" "$lib" "$opt/bin/fsdp-opt" "$out/gpt" || failed=1
+    step test-gpt-parity 260 "$python" "$root/test/gpu/gpt_parity_cuda.py" "$lib" "$opt/bin/fsdp-opt" "$out/gpt" || failed=1
   else
     note "test-gpt-parity    NOT RUN: fsdp-opt did not build here (see build-opt.log)"
     failed=1
@@ -131,12 +137,12 @@ if [ "$rt_rc" -eq 0 ]; then
 
   # ---- benchmark ----------------------------------------------------------------------------
   step bench 120 "$rt/bin/fsdp-gpu-bench" || failed=1
-  step bench-nccl 120 env FSDP_OPT_CUDA_FORCE_NCCL=1 "$rt/bin/fsdp-gpu-bench" || failed=1
+  step bench-nccl 180 env FSDP_OPT_CUDA_FORCE_NCCL=1 "$rt/bin/fsdp-gpu-bench" || failed=1
   {
     echo
     echo "== bench (copy-only path at world size 1)"
     cat "$out/bench.log"
-    echo "== bench-nccl (FSDP_OPT_CUDA_FORCE_NCCL=1: copy-in, one-rank ncclAllGather, copy-out)"
+    echo "== bench-nccl (FSDP_OPT_CUDA_FORCE_NCCL=1, one-rank NCCL; packed: copy-in, ncclAllGather, copy-out | per-param: grouped per-parameter ncclAllGather, copy-in for casts only)"
     cat "$out/bench-nccl.log"
   } | tee -a "$summary"
 fi

@@ -2,8 +2,9 @@
 # against a CPU reference: all_gather with and without param_dtype (bitwise `full.to(dtype)`),
 # all_gather_start / all_gather_wait with work queued between them on another stream, a
 # scripted module using both, and release_all dropping a started gather; then the same again
-# with FSDP_OPT_CUDA_FORCE_NCCL=1 (the NCCL path on a one-rank communicator). Prints
-# "skipped: no CUDA device" without a GPU.
+# with FSDP_OPT_CUDA_FORCE_NCCL=1 (the NCCL path on a one-rank communicator), once per gather
+# layout (FSDP_OPT_CUDA_GATHER_LAYOUT=packed, per-param). Prints "skipped: no CUDA device"
+# without a GPU.
 #
 #   cuda_ops.py RUNTIME_LIB
 #
@@ -144,7 +145,11 @@ def main():
     if len(sys.argv) > 2 and sys.argv[2] == "--child":
         return 1 if tests(sys.argv[3]) else 0
     failed = 0
-    for label, env in (("copy-only", {}), ("nccl", {"FSDP_OPT_CUDA_FORCE_NCCL": "1"})):
+    for label, env in (("copy-only", {}),
+                       ("nccl packed", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
+                                        "FSDP_OPT_CUDA_GATHER_LAYOUT": "packed"}),
+                       ("nccl per-param", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
+                                           "FSDP_OPT_CUDA_GATHER_LAYOUT": "per-param"})):
         e = dict(os.environ)
         e.update(env)
         failed += subprocess.run([sys.executable, os.path.abspath(__file__), lib, "--child", label],

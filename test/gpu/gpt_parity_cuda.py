@@ -2,8 +2,9 @@
 # size 1 (--fsdp-unit=. --fsdp-unit='blocks.*' --forward-method=.:generate), run on the GPU,
 # gives outputs bitwise identical to the original model run on the GPU, for `generate` and
 # `forward`, three times each (TorchScript's profiling executor optimises the graphs), on the
-# copy-only path and again with FSDP_OPT_CUDA_FORCE_NCCL=1 (copy-in, a one-rank NCCL all-gather,
-# copy-out). A third run has TorchScript's GPU fusers off: if only the default runs differ, the
+# copy-only path and again with FSDP_OPT_CUDA_FORCE_NCCL=1 under each gather layout: packed
+# (copy-in, a one-rank NCCL all-gather, copy-out) and per-param (one grouped NCCL all-gather per
+# parameter, no copy-out). A third run has TorchScript's GPU fusers off: if only the default runs differ, the
 # difference comes from fusion groups the fsdp ops split (a fused kernel may round differently),
 # not from the gathered parameters. Prints "skipped: no CUDA device" without a GPU.
 #
@@ -106,7 +107,11 @@ def main():
     print("+ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     failures = 0
-    for label, env in (("copy-only", {}), ("nccl", {"FSDP_OPT_CUDA_FORCE_NCCL": "1"}),
+    for label, env in (("copy-only", {}),
+                       ("nccl packed", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
+                                        "FSDP_OPT_CUDA_GATHER_LAYOUT": "packed"}),
+                       ("nccl per-param", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
+                                           "FSDP_OPT_CUDA_GATHER_LAYOUT": "per-param"}),
                        ("copy-only, no fusers", {})):
         e = dict(os.environ)
         e.update(env)

@@ -5,6 +5,15 @@
 //   test_cuda_runtime            copy-only path at world size 1
 //   FSDP_OPT_CUDA_FORCE_NCCL=1 test_cuda_runtime
 //                                the same ops through the NCCL path (a one-rank communicator)
+//   FSDP_OPT_CUDA_FORCE_NCCL=1 FSDP_OPT_CUDA_GATHER_LAYOUT=per-param test_cuda_runtime
+//                                the same through the parameter-major layout (one grouped
+//                                all-gather per parameter, no copy-out)
+//   FSDP_OPT_CUDA_GATHER_LAYOUT=bogus test_cuda_runtime --expect-bad-layout
+//                                a bad layout name fails the gather, naming the variable
+//
+// On the NCCL path, direct unshards (no engine: a non-contiguous shard, casts, an empty
+// parameter) also run under both layouts in one process (setGatherLayout), bitwise against the
+// CPU reference.
 //
 // No GoogleTest: a GPU machine may not have it; the harness is the few lines below.
 #include <ATen/ATen.h>
@@ -26,7 +35,9 @@
 #include "collective_backend.h"
 #include "cuda/cuda_unshard.h"
 #include "fsdp_opt/runtime.h"
+#include "process_group.h"
 #include "shard_layout.h"
+#include "unshard.h"
 
 namespace {
 
@@ -211,6 +222,45 @@ const std::vector<Spec>& unitSpecs() {
   return s;
 }
 
+// One unshard straight through startCudaUnshard (world size 1), without the engine: the shard
+// of parameter 0 is non-contiguous (a transposed tensor), so the per-param layout copies it
+// into its slot with a strided copy, and the packed one makes it contiguous first. Every full
+// tensor must be bitwise full.to(dtype), contiguous, of fullRows rows.
+void directUnshard(c10::optional<at::ScalarType> pd) {
+  namespace d = fsdp_opt::runtime::detail;
+  d::ensureGroup();
+  const at::Device dev(at::kCUDA, 0);
+  std::vector<at::Tensor> cpuFulls;
+  d::UnshardRequest req;
+  req.device = dev;
+  req.rank = 0;
+  req.world = 1;
+  cpuFulls.push_back(randomFull({5, 7}, at::kFloat, 60).t());  // [7, 5], non-contiguous
+  for (const Spec& sp : unitSpecs()) {
+    cpuFulls.push_back(randomFull(sp.shape, sp.own, 61 + static_cast<int64_t>(cpuFulls.size())));
+  }
+  for (const at::Tensor& f : cpuFulls) {
+    at::Tensor g = f.is_contiguous() ? f.to(dev) : f.t().to(dev).t();  // keeps the strides
+    req.shards.push_back(g);
+    req.fullRows.push_back(f.size(0));
+    req.dtypes.push_back(gatheredDtype(f.scalar_type(), pd));
+  }
+  expect(!req.shards[0].is_contiguous(), "the test's shard 0 should be non-contiguous");
+  c10::cuda::device_synchronize();
+  auto pending = d::cuda::startCudaUnshard(req, "direct");
+  pending->finish();
+  for (size_t i = 0; i < cpuFulls.size(); ++i) {
+    const at::Tensor& f = pending->fulls()[i];
+    const at::Tensor want = cpuFulls[i].to(req.dtypes[i]);
+    const at::Tensor got = f.defined() ? f : req.shards[i];  // undefined: the shard is the full
+    expect(!f.defined() || (f.is_contiguous() && f.size(0) == req.fullRows[i]),
+           "full " + std::to_string(i) + " is not a contiguous tensor of fullRows rows");
+    expect(sameBits(got, want), "direct unshard: param " + std::to_string(i) +
+                                    " is not bitwise full.to(" +
+                                    std::string(c10::toString(req.dtypes[i])) + ")");
+  }
+}
+
 int64_t stat(const char* key) {
   auto items = fsdp_opt::runtime::stats().items();
   for (const auto& kv : items) {
@@ -219,18 +269,45 @@ int64_t stat(const char* key) {
   return -1;
 }
 
+// FSDP_OPT_CUDA_GATHER_LAYOUT holds a bad value: every CUDA gather must fail, naming it.
+int expectBadLayout() {
+  Unit u = makeUnit(unitSpecs(), 70);
+  try {
+    callOp("fsdp::all_gather", "", {c10::IValue(u.params), c10::IValue(u.rows),
+                                    c10::IValue(std::string("bad")), c10::IValue()});
+  } catch (const std::exception& e) {
+    const std::string msg = e.what();
+    const bool ok = msg.find("FSDP_OPT_CUDA_GATHER_LAYOUT") != std::string::npos &&
+                    msg.find("per-param") != std::string::npos;
+    std::printf("%s bad_layout_is_an_error: %s\n", ok ? "PASS" : "FAIL", msg.substr(0, 300).c_str());
+    return ok ? 0 : 1;
+  }
+  std::printf("FAIL bad_layout_is_an_error: the gather succeeded\n");
+  return 1;
+}
+
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   if (!at::cuda::is_available()) {
     std::printf("skipped: no CUDA device\n");
     return 77;
   }
+  namespace cu = fsdp_opt::runtime::detail::cuda;
+  if (argc > 1 && std::string(argv[1]) == "--expect-bad-layout") return expectBadLayout();
   const bool nccl = std::getenv("FSDP_OPT_CUDA_FORCE_NCCL") != nullptr;
-  std::printf("CUDA runtime tests on %s (%s path at world size 1), NCCL %d\n",
-              at::cuda::getCurrentDeviceProperties()->name,
-              nccl ? "NCCL" : "copy-only", fsdp_opt::runtime::ncclVersionLinked());
+  const cu::GatherLayout envLayout = cu::gatherLayout();
+  std::printf("CUDA runtime tests on %s (%s path at world size 1, %s layout), NCCL %d\n",
+              at::cuda::getCurrentDeviceProperties()->name, nccl ? "NCCL" : "copy-only",
+              cu::gatherLayoutName(envLayout), fsdp_opt::runtime::ncclVersionLinked());
   expect(fsdp_opt::runtime::hasCudaBackend(), "runtime built without the CUDA backend");
+  run("layout_from_the_environment", [&] {
+    const char* v = std::getenv("FSDP_OPT_CUDA_GATHER_LAYOUT");
+    const std::string want = v == nullptr || *v == '\0' ? "packed" : v;
+    expect(want == cu::gatherLayoutName(envLayout), "FSDP_OPT_CUDA_GATHER_LAYOUT=" + want +
+                                                        " but the runtime uses " +
+                                                        cu::gatherLayoutName(envLayout));
+  });
 
   const at::ScalarType f16 = at::kHalf, bf16 = at::kBFloat16, f32 = at::kFloat, f64 = at::kDouble;
   for (int64_t w = 1; w <= 4; ++w) {
@@ -342,6 +419,24 @@ int main() {
     s1.synchronize();
     expect(sameBits(readA, a.fulls[0].to(bf16)), "A's gathered data was overwritten before S1 read it");
   });
+
+  // Direct unshards under each layout the path has (both on the NCCL path), then back to the
+  // environment's layout.
+  std::vector<cu::GatherLayout> layouts = {cu::GatherLayout::kPacked};
+  if (nccl) layouts.push_back(cu::GatherLayout::kPerParam);
+  for (cu::GatherLayout l : layouts) {
+    for (c10::optional<at::ScalarType> pd : {c10::optional<at::ScalarType>(),
+                                             c10::optional<at::ScalarType>(bf16),
+                                             c10::optional<at::ScalarType>(f64)}) {
+      const std::string name = std::string("direct_unshard_") + cu::gatherLayoutName(l) + "_" +
+                               (pd ? std::string(c10::toString(*pd)) : std::string("own"));
+      run(name.c_str(), [&] {
+        cu::setGatherLayout(l);
+        directUnshard(pd);
+      });
+    }
+  }
+  cu::setGatherLayout(envLayout);
 
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
   return g_failed == 0 ? 0 : 1;
