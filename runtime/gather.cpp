@@ -31,6 +31,7 @@
 #include <c10/util/Exception.h>
 
 #include "fsdp_opt/runtime.h"
+#include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
 #include "unshard.h"
@@ -524,11 +525,16 @@ void releaseAll() {
   detail::releaseGroups(reg, groups);
   reg.byImpl.clear();
   reg.byShard.clear();
+  detail::emptyHostBufferPool();
 }
 
 Stats stats() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
-  return detail::registry().stats;
+  Stats s = detail::registry().stats;
+  const detail::HostBufferPoolStats pool = detail::hostBufferPoolStats();
+  s.host_buffer_cached_bytes = pool.cachedBytes;
+  s.host_buffer_cache_limit = pool.peakLiveBytes;
+  return s;
 }
 
 void resetStats() {
@@ -554,7 +560,9 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"release_all_calls", release_all_calls},
           {"wait_calls", wait_calls},
           {"in_flight", in_flight},
-          {"in_flight_peak", in_flight_peak}};
+          {"in_flight_peak", in_flight_peak},
+          {"host_buffer_cached_bytes", host_buffer_cached_bytes},
+          {"host_buffer_cache_limit", host_buffer_cache_limit}};
 }
 
 }  // namespace runtime

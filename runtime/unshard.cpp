@@ -7,6 +7,7 @@
 
 #include "collective_backend.h"
 #include "fsdp_opt/runtime.h"
+#include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
 
@@ -41,7 +42,9 @@ class CopyOnlyUnshard final : public PendingUnshard {
     for (size_t i = 0; i < req.shards.size(); ++i) {
       const at::Tensor& shard = req.shards[i];
       if (shard.scalar_type() == req.dtypes[i]) continue;
-      fulls_[i] = at::empty(shard.sizes(), shard.options().dtype(req.dtypes[i]));
+      fulls_[i] = shard.device().is_cpu()
+                      ? pooledEmptyCpu(shard.sizes().vec(), req.dtypes[i])
+                      : at::empty(shard.sizes(), shard.options().dtype(req.dtypes[i]));
       fulls_[i].copy_(shard);
     }
   }
@@ -58,9 +61,9 @@ class GlooUnshard final : public PendingUnshard {
   GlooUnshard(const UnshardRequest& req, const std::string& context)
       : layout_(specsOf(req), req.world) {
     backend_ = backendFor(req.device, context);
-    const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(req.device);
-    send_ = at::empty({layout_.packedBytes()}, byteOpts);
-    recv_ = at::empty({layout_.gatheredBytes()}, byteOpts);
+    // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
+    send_ = pooledEmptyCpu({layout_.packedBytes()}, at::kByte);
+    recv_ = pooledEmptyCpu({layout_.gatheredBytes()}, at::kByte);
     {
       std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
       std::vector<const void*> src;
@@ -75,8 +78,7 @@ class GlooUnshard final : public PendingUnshard {
     // Allocated now, filled at finish(): the memory of a started gather is held from here on
     // (what peak_unsharded_bytes counts).
     for (size_t i = 0; i < req.shards.size(); ++i) {
-      fulls_.push_back(at::empty(fullSizes(req.shards[i], req.fullRows[i]),
-                                 at::TensorOptions().dtype(req.dtypes[i]).device(req.device)));
+      fulls_.push_back(pooledEmptyCpu(fullSizes(req.shards[i], req.fullRows[i]), req.dtypes[i]));
     }
     if (layout_.packedBytes() > 0) {
       try {

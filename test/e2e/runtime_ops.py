@@ -244,6 +244,8 @@ def scenario_main(torch, rank, world, rep):
         d = delta(s0, s1)
         expect(d["reshards"] == 2 and d["release_all_calls"] == 1, "release_all stats %s" % d)
         expect(s1["unsharded_bytes"] == 0, "unsharded_bytes %d after release_all" % s1["unsharded_bytes"])
+        expect(s1["host_buffer_cached_bytes"] == 0, "release_all kept %d cached buffer bytes"
+               % s1["host_buffer_cached_bytes"])
         expect_raises(lambda: ops.reshard(b.params, "b"), "not gathered", "unit 'b'")
         # usable again afterwards
         ops.all_gather(a.params, a.full_rows, "a")
@@ -251,6 +253,36 @@ def scenario_main(torch, rank, world, rep):
         ops.reshard(a.params, "a")
         a.check_sharded()
     rep.check("release_all", release_all)
+
+    if world > 1:
+        def host_buffers_reused():
+            # Two units of the same shapes and different data take turns: each gather gets the
+            # other's freed buffers (pack, receive, full parameters) back from the pool, so a
+            # byte left over from the previous owner would show in check_full.
+            shapes = [((7, 3), f32), ((5,), f16), ((9, 2), i64)]
+            x = Unit(torch, shapes, world, rank, seed=21)
+            y = Unit(torch, shapes, world, rank, seed=22)
+            ops.release_all()
+            readings = []
+            for _ in range(6):
+                for u, name in ((x, "x"), (y, "y")):
+                    ops.all_gather(u.params, u.full_rows, name)
+                    u.check_full()
+                    ops.reshard(u.params, name)
+                    u.check_sharded()
+                    s = stats(torch)
+                    readings.append((s["host_buffer_cached_bytes"], s["host_buffer_cache_limit"]))
+            one_gather = readings[0][1]  # nothing overlapped yet: one gather's buffers
+            expect(one_gather > 0 and readings[-1][0] > 0, "nothing cached: %s" % readings)
+            expect(all(c <= lim for c, lim in readings), "cache above its limit: %s" % readings)
+            # Gloo's worker may drop the previous gather's pack/receive buffers only after the
+            # next gather took its own: at most one gather's worth more than one gather.
+            expect(max(lim for _, lim in readings) <= 2 * one_gather,
+                   "the cache grew while the same sizes came back: %s" % readings)
+            ops.release_all()
+            s = stats(torch)
+            expect(s["host_buffer_cached_bytes"] == 0, "release_all kept cached buffers: %s" % s)
+        rep.check("host_buffers_reused", host_buffers_reused)
 
     def bad_rows():
         bad = Unit(torch, [((4, 2), f32), ((6,), f32)], world, rank, seed=6)
@@ -304,7 +336,9 @@ def scenario_main(torch, rank, world, rep):
     def reset():
         ops.reset_stats()
         s = stats(torch)
-        expect(all(v == 0 for v in s.values()), "counters not reset: %s" % s)
+        # the host_buffer_* keys are readings of the buffer pool, not counts
+        expect(all(v == 0 for k, v in s.items() if not k.startswith("host_buffer_")),
+               "counters not reset: %s" % s)
         expect(set(s) >= {"all_gathers", "gather_calls", "bytes_gathered", "unsharded_bytes",
                           "peak_unsharded_bytes", "reshards"}, "missing keys: %s" % s)
     rep.check("reset_stats", reset)
