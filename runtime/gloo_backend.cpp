@@ -6,6 +6,9 @@
 // c10d's exported functions and holds gloo objects through shared_ptr, never by value.
 #include "collective_backend.h"
 
+#include <algorithm>
+#include <exception>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
@@ -23,30 +26,42 @@ std::string describe(const std::exception& e) {
 
 class GlooPending final : public PendingCollective {
  public:
-  GlooPending(c10::intrusive_ptr<c10d::Work> work, std::vector<at::Tensor> keepAlive,
+  GlooPending(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::vector<at::Tensor> keepAlive,
               std::chrono::milliseconds timeout)
-      : work_(std::move(work)), keepAlive_(std::move(keepAlive)), timeout_(timeout) {}
+      : works_(std::move(works)), keepAlive_(std::move(keepAlive)), timeout_(timeout) {}
 
   void wait() override {
-    if (!work_) return;
-    auto work = std::move(work_);
+    if (works_.empty()) return;
+    auto works = std::move(works_);
+    works_.clear();
     // Gloo enforces its own timeout on every operation; waiting with the same bound here
-    // covers the time the work spends queued behind Gloo's worker threads.
-    work->wait(timeout_);
+    // covers the time the work spends queued behind Gloo's worker threads. Every piece is
+    // waited for, even after one fails: the buffers must outlive all of them.
+    std::exception_ptr first;
+    for (auto& work : works) {
+      try {
+        work->wait(timeout_);
+      } catch (...) {
+        if (!first) first = std::current_exception();
+      }
+    }
     keepAlive_.clear();
+    if (first) std::rethrow_exception(first);
   }
 
  private:
-  c10::intrusive_ptr<c10d::Work> work_;
+  std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::vector<at::Tensor> keepAlive_;
   std::chrono::milliseconds timeout_;
 };
 
 class GlooBackend final : public CollectiveBackend {
+  static constexpr int64_t kSplitBytes = int64_t(1) << 20;
+
  public:
   GlooBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
               const GlooBackendOptions& options)
-      : CollectiveBackend(options), rank_(rank), size_(size) {
+      : CollectiveBackend(options), rank_(rank), size_(size), threads_(std::max(1, options.threads)) {
     auto pgOptions = c10d::ProcessGroupGloo::Options::create(options.timeout);
     std::string where;
     try {
@@ -85,14 +100,25 @@ class GlooBackend final : public CollectiveBackend {
       unsupported("tensors on " + input.device().str() + " (it handles CPU tensors only)");
     }
     const int64_t n = input.numel();
-    std::vector<at::Tensor> inputs{input};
-    std::vector<std::vector<at::Tensor>> outputs(1);
-    outputs[0].reserve(static_cast<size_t>(size_));
-    for (int r = 0; r < size_; ++r) outputs[0].push_back(output.narrow(0, r * n, n));
+    // A large gather goes out as one allgather per Gloo worker thread, each over its own slice
+    // of every rank's bytes, so that the threads move bytes at the same time. Measured on
+    // loopback (2 ranks, 6.5 MiB per rank, raw torch.distributed Gloo): 12.9 ms as one
+    // collective, 8.5 ms as two concurrent halves. Small ones stay whole: each collective has a
+    // fixed cost.
+    const int64_t pieces = n >= kSplitBytes ? threads_ : 1;
+    const int64_t piece = (n + pieces - 1) / pieces;
     c10d::AllgatherOptions opts;
     opts.timeout = options().timeout;
-    auto work = pg_->allgather(outputs, inputs, opts);
-    return std::make_unique<GlooPending>(std::move(work), std::vector<at::Tensor>{input, output},
+    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    for (int64_t begin = 0; begin < n; begin += piece) {
+      const int64_t len = std::min(piece, n - begin);
+      std::vector<at::Tensor> inputs{input.narrow(0, begin, len)};
+      std::vector<std::vector<at::Tensor>> outputs(1);
+      outputs[0].reserve(static_cast<size_t>(size_));
+      for (int r = 0; r < size_; ++r) outputs[0].push_back(output.narrow(0, r * n + begin, len));
+      works.push_back(pg_->allgather(outputs, inputs, opts));
+    }
+    return std::make_unique<GlooPending>(std::move(works), std::vector<at::Tensor>{input, output},
                                          options().timeout);
   }
 
@@ -105,6 +131,7 @@ class GlooBackend final : public CollectiveBackend {
  private:
   int rank_;
   int size_;
+  int threads_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 

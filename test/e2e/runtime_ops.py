@@ -254,6 +254,16 @@ def scenario_main(torch, rank, world, rep):
         a.check_sharded()
     rep.check("release_all", release_all)
 
+    def large_unit():
+        # Over 1 MiB per rank the Gloo backend splits the byte all-gather into one collective
+        # per worker thread (gloo_backend.cpp); odd sizes leave a shorter last piece.
+        big = Unit(torch, [((2101, 517), f32), ((333, 7), i64), ((1,), f16)], world, rank, seed=23)
+        ops.all_gather(big.params, big.full_rows, "big")
+        big.check_full()
+        ops.reshard(big.params, "big")
+        big.check_sharded()
+    rep.check("large_unit", large_unit)
+
     if world > 1:
         def host_buffers_reused():
             # Two units of the same shapes and different data take turns: each gather gets the
