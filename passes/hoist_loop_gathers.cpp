@@ -62,14 +62,6 @@ class LoopHoister {
     return path ? plan_.unitAt(*path) : nullptr;
   }
 
-  int64_t footprint(const Unit* unit) {
-    int64_t bytes = 0;
-    for (const auto& other : plan_.units) {
-      if (isWithin(other.path, unit->path)) bytes += other.bytes();
-    }
-    return bytes;
-  }
-
   // Own bytes of the gathers open (gathered, not resharded) where `loop` runs, in this graph:
   // in each enclosing block, gathers before the node holding the loop whose reshard is after it.
   int64_t openBytesAt(torch::jit::Node* loop) {
@@ -132,7 +124,7 @@ class LoopHoister {
       int64_t largest = 0;
       for (torch::jit::Node* gather : inside) {
         if (gather == skip || hoisted.count(gather)) continue;
-        if (const Unit* unit = unitOf(gather)) largest = std::max(largest, footprint(unit));
+        if (const Unit* unit = unitOf(gather)) largest = std::max(largest, plan_.footprintBytes(*unit));
       }
       return largest;
     };
@@ -142,7 +134,7 @@ class LoopHoister {
       torch::jit::Node* reshard = reshardOf(gather);
       std::set<torch::jit::Node*> operands;
       if (!unit || !reshard || !invariantOperands(gather, loop, operands)) continue;
-      int64_t peak = open + hoistedBytes + footprint(unit) + largestLeft(gather);
+      int64_t peak = open + hoistedBytes + plan_.footprintBytes(*unit) + largestLeft(gather);
       if (peak > budget_) {
         context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' kept per iteration in " +
                                                      where_ + ": hoisting it would reach " +
@@ -158,7 +150,7 @@ class LoopHoister {
       for (torch::jit::Node* node : ordered) node->moveBefore(loop);
       reshard->moveAfter(loop);
       hoisted.insert(gather);
-      hoistedBytes += footprint(unit);
+      hoistedBytes += plan_.footprintBytes(*unit);
       ++moved;
       context_.diagnostics().remark(kPassName, "gather of unit '" + displayPath(unit->path) +
                                                    "' hoisted out of a loop in " + where_ +

@@ -21,6 +21,7 @@
 #include "support/fsdp_ops.h"
 #include "support/module_tree.h"
 
+#include <algorithm>
 #include <limits>
 #include <set>
 
@@ -71,21 +72,14 @@ class Prefetcher {
     return bytes;
   }
 
-  int64_t footprint(const Unit* unit) {
-    int64_t bytes = 0;
-    for (const auto& other : plan_.units) {
-      if (isWithin(other.path, unit->path)) bytes += other.bytes();
-    }
-    return bytes;
-  }
-
-  // Own bytes of gathers open around `anchor` in this graph (enclosing blocks included).
-  int64_t openBytesAt(torch::jit::Node* anchor, torch::jit::Node* exclude) {
+  // Own bytes of the gathers open around `anchor` (gathered before it, resharded after it) in
+  // the blocks enclosing it, up to the graph's top block. Its own block is prefetchIn's business.
+  int64_t enclosingOpenBytes(torch::jit::Node* anchor) {
     int64_t bytes = 0;
     for (torch::jit::Node* at = anchor; at; at = at->owningBlock()->owningNode()) {
       for (torch::jit::Node* node : at->owningBlock()->nodes()) {
         if (node == at) break;
-        if (node == exclude || !ops::isGatherResult(node)) continue;
+        if (!ops::isGatherResult(node)) continue;
         torch::jit::Node* reshard = reshardOf(node);
         if (reshard && at->isBefore(reshard)) bytes += ownBytes(node);
       }
@@ -109,21 +103,47 @@ class Prefetcher {
     return true;
   }
 
+  // Linear in the block's nodes: the block's open gathers are tracked while walking its gathers
+  // in order (a model of 1024 units is one block of 1024 gathers; bench/pass_scaling.py).
   int prefetchIn(torch::jit::Block* block) {
-    std::vector<torch::jit::Node*> gathers;
+    std::vector<torch::jit::Node*> gathers;  // every gather result, in order
     for (torch::jit::Node* node : block->nodes()) {
-      if (node->kind() == ops::allGather()) gathers.push_back(node);
+      if (ops::isGatherResult(node)) gathers.push_back(node);
     }
+    if (gathers.size() < 2) return 0;
+    const int64_t outerOpen = block->owningNode() ? enclosingOpenBytes(block->owningNode()) : 0;
+    // Gathers before `previous` not resharded yet at it. Reshards do not move, and `previous`
+    // only moves forward, so one resharded before it stays closed for the rest of the walk.
+    std::vector<std::pair<torch::jit::Node*, int64_t>> open;  // reshard, own bytes
+    int64_t openBytes = 0;
     int split = 0;
     for (size_t i = 1; i < gathers.size(); ++i) {
       torch::jit::Node* previous = gathers[i - 1];
       torch::jit::Node* gather = gathers[i];
+      if (i >= 2) {
+        torch::jit::Node* earlierReshard = reshardOf(gathers[i - 2]);
+        if (earlierReshard) {
+          int64_t bytes = ownBytes(gathers[i - 2]);
+          open.emplace_back(earlierReshard, bytes);
+          openBytes += bytes;
+        }
+      }
+      for (size_t k = 0; k < open.size();) {
+        if (open[k].first->isBefore(previous)) {
+          openBytes -= open[k].second;
+          open[k] = open.back();
+          open.pop_back();
+        } else {
+          ++k;
+        }
+      }
+      if (gather->kind() != ops::allGather()) continue;
       torch::jit::Node* previousReshard = reshardOf(previous);
       if (!previousReshard || !previousReshard->isBefore(gather)) continue;  // nested, not sequential
       const Unit* previousUnit = unitOf(previous);
       const Unit* unit = unitOf(gather);
       if (!previousUnit || !unit) continue;
-      int64_t peak = openBytesAt(previous, previous) + footprint(previousUnit) + footprint(unit);
+      int64_t peak = outerOpen + openBytes + plan_.footprintBytes(*previousUnit) + plan_.footprintBytes(*unit);
       if (peak > budget_) {
         context_.diagnostics().remark(kPassName, "no prefetch of unit '" + displayPath(unit->path) + "' in " + where_ +
                                                      ": " + std::to_string(peak) + " bytes in flight would exceed the budget of " +
@@ -132,10 +152,9 @@ class Prefetcher {
       }
       std::set<torch::jit::Node*> operands;
       if (!movableOperands(previous, gather, operands)) continue;
-      std::vector<torch::jit::Node*> ordered;
-      for (torch::jit::Node* node : block->nodes()) {
-        if (operands.count(node)) ordered.push_back(node);
-      }
+      std::vector<torch::jit::Node*> ordered(operands.begin(), operands.end());
+      std::sort(ordered.begin(), ordered.end(),
+                [](torch::jit::Node* a, torch::jit::Node* b) { return a->isBefore(b); });
       torch::jit::Node* insertAfter = previous;
       for (torch::jit::Node* node : ordered) {
         node->moveAfter(insertAfter);

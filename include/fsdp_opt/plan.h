@@ -47,6 +47,13 @@ struct FsdpPlan {
   const Unit* unitOfParam(const std::string& paramPath) const;
   // The nearest unit at or above a module path (the unit whose group its own parameters join).
   const Unit* enclosingUnit(const std::string& modulePath) const;
+  // Bytes unsharded while `unit` runs with nothing gathered ahead: its own group plus every unit
+  // nested in it (their gathers happen inside its calls). The scheduling passes' peak estimates
+  // use it; computed for all units on the first call, in O(units x depth).
+  int64_t footprintBytes(const Unit& unit) const;
+
+ private:
+  mutable std::vector<int64_t> footprints_;
 };
 
 // Shard size of SPEC section 2: c = ceil(rows / W).

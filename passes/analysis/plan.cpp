@@ -42,4 +42,23 @@ const Unit* FsdpPlan::enclosingUnit(const std::string& modulePath) const {
   }
 }
 
+int64_t FsdpPlan::footprintBytes(const Unit& unit) const {
+  if (footprints_.size() != units.size()) {
+    footprints_.assign(units.size(), 0);
+    for (const Unit& inner : units) {
+      const int64_t bytes = inner.bytes();
+      // Every unit at or above `inner` (its path and each of its dotted prefixes, the root "").
+      std::string path = inner.path;
+      while (true) {
+        auto it = unitIndex.find(path);
+        if (it != unitIndex.end()) footprints_[it->second] += bytes;
+        if (path.empty()) break;
+        size_t dot = path.rfind('.');
+        path = dot == std::string::npos ? std::string() : path.substr(0, dot);
+      }
+    }
+  }
+  return footprints_.at(unitIndex.at(unit.path));
+}
+
 }  // namespace fsdp_opt

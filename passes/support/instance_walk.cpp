@@ -88,8 +88,11 @@ class Walker {
       } else if (model_ == GatherModel::ExplicitOps && node->kind() == ops::reshard()) {
         auto gather = scope.gathers.find(node->input(0));
         if (gather != scope.gathers.end()) {
+          // A unit back at zero leaves the map: it is copied into every call and nested block,
+          // and must stay as small as what is open (not every unit ever gathered).
           for (const Unit* unit : gather->second) {
-            if (unsharded[unit] > 0) --unsharded[unit];
+            auto open = unsharded.find(unit);
+            if (open != unsharded.end() && --open->second <= 0) unsharded.erase(open);
           }
         }
       }
