@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Runs fsdp-opt's benchmarks and writes their tables (stdout), JSON (bench/results/) and plots
+# (docs/bench_*.png). The numbers in docs/benchmarks.md come from this command.
+#
+#   bash bench/run.sh            # full run: both benchmarks (tens of minutes on 2 shared cores)
+#   bash bench/run.sh --quick    # smoke run of both (what test/bench-smoke.py checks)
+#
+# Environment: FSDP_OPT_VENV (the torch 2.x venv, default ~/.cache/fsdp-opt/venv-torch2),
+# FSDP_OPT_BUILD (default build/t2: bin/fsdp-opt, lib/libfsdp_runtime.so, lib/libfsdp_passes.so).
+set -euo pipefail
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+venv=${FSDP_OPT_VENV:-$HOME/.cache/fsdp-opt/venv-torch2}
+build=${FSDP_OPT_BUILD:-$root/build/t2}
+python=$venv/bin/python
+[ -x "$python" ] || { echo "run.sh: error: no venv at $venv; run scripts/install-deps.sh" >&2; exit 1; }
+[ -x "$build/bin/fsdp-opt" ] || { echo "run.sh: error: no $build/bin/fsdp-opt; run scripts/build.sh t2" >&2; exit 1; }
+
+if [ "${1:-}" = "--quick" ]; then
+  "$python" "$root/bench/generate_vs_eager.py" --quick --build "$build"
+  "$python" "$root/bench/pass_scaling.py" --quick --build "$build"
+  exit 0
+fi
+mkdir -p "$root/bench/results"
+"$python" "$root/bench/generate_vs_eager.py" --build "$build" \
+  --json "$root/bench/results/generate_vs_eager.json" --plot "$root/docs/bench_generate.png" "$@"
+"$python" "$root/bench/pass_scaling.py" --build "$build" \
+  --json "$root/bench/results/pass_scaling.json" --plot "$root/docs/bench_pass_scaling.png"
