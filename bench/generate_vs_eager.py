@@ -60,7 +60,6 @@ import json
 import os
 import resource
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -70,8 +69,11 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 INPUTS = os.path.join(ROOT, "test", "Inputs")
-if INPUTS not in sys.path:
-    sys.path.insert(0, INPUTS)
+for _path in (INPUTS, HERE):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from bench_common import git_head, median  # noqa: E402
 
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
 
@@ -357,18 +359,6 @@ def _fsdp_opt(tool, model_pt, out, *extra):
     return {"cmd": cmd, "manifest": manifest, "predicted_gathers": predicted}
 
 
-def _git_head():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=30).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else float("nan")
-
-
 def _fmt_bytes(n):
     if n is None:
         return "-"
@@ -497,8 +487,8 @@ def main(argv=None):
             for i, cfg in enumerate(schedule):
                 values = [r.value[i] for r in results]
                 into[cfg].append(values)
-                print("%-20s %-7s median %7.1f ms wall, %7.1f ms CPU" % (what, cfg, 1e3 * _median(
-                    [max(ts) for ts in zip(*[v["times"] for v in values])]), 1e3 * _median(
+                print("%-20s %-7s median %7.1f ms wall, %7.1f ms CPU" % (what, cfg, 1e3 * median(
+                    [max(ts) for ts in zip(*[v["times"] for v in values])]), 1e3 * median(
                     [max(ts) for ts in zip(*[v["cpu"] for v in values])])), flush=True)
             print("%-20s %.1f s wall" % (what, time.perf_counter() - t0), flush=True)
 
@@ -547,9 +537,9 @@ def main(argv=None):
             counts = samples[cfg][-1][0]["counts"]
             rows[cfg] = {
                 "label": CONFIGS[cfg],
-                "ms": 1e3 * _median(per_call),
+                "ms": 1e3 * median(per_call),
                 "ms_all": [1e3 * t for t in per_call],
-                "cpu_ms": 1e3 * _median(cpu_call),
+                "cpu_ms": 1e3 * median(cpu_call),
                 "cpu_ms_all": [1e3 * t for t in cpu_call],
                 "n_timed": len(per_call),
                 "all_gathers": counts["all_gathers"],
@@ -638,7 +628,7 @@ def main(argv=None):
                "model_bytes": model_bytes, "units": units, "budget_b2": budget,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "configs": configs,
                "rows": rows, "targets": targets, "all_bitwise_equal": all_equal,
-               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": _cpu_model(), "git_head": _git_head(),
+               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": _cpu_model(), "git_head": git_head(ROOT),
                "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
                "argv": sys.argv[1:] if argv is None else argv, "table": table}

@@ -30,7 +30,6 @@ import argparse
 import json
 import os
 import shutil
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -40,8 +39,11 @@ import warnings
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
 INPUTS = os.path.join(ROOT, "test", "Inputs")
-if INPUTS not in sys.path:
-    sys.path.insert(0, INPUTS)
+for _path in (INPUTS, HERE):
+    if _path not in sys.path:
+        sys.path.insert(0, _path)
+
+from bench_common import git_head, median  # noqa: E402
 
 warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
 
@@ -82,18 +84,6 @@ def _find(build, sub, name):
     if os.path.exists(path):
         return path
     sys.exit("error: cannot find %s (build it: bash scripts/build.sh t2, or pass --build)" % name)
-
-
-def _git_head():
-    try:
-        return subprocess.run(["git", "-C", ROOT, "rev-parse", "--short", "HEAD"], capture_output=True,
-                              text=True, timeout=30).stdout.strip() or "?"
-    except (OSError, subprocess.SubprocessError):
-        return "?"
-
-
-def _median(xs):
-    return statistics.median(xs) if xs else float("nan")
 
 
 def main(argv=None):
@@ -211,10 +201,10 @@ def main(argv=None):
         rows = []
         for n in sizes:
             row = {"units": n,
-                   "load_s": _median([c for _, c in load[n]]), "pipeline_s": _median([c for _, c in pipe[n]]),
-                   "load_wall_s": _median([w for w, _ in load[n]]),
-                   "pipeline_wall_s": _median([w for w, _ in pipe[n]]),
-                   "cli_s": _median(cli[n]), "cli_noout_s": _median(cli_noout[n]),
+                   "load_s": median([c for _, c in load[n]]), "pipeline_s": median([c for _, c in pipe[n]]),
+                   "load_wall_s": median([w for w, _ in load[n]]),
+                   "pipeline_wall_s": median([w for w, _ in pipe[n]]),
+                   "cli_s": median(cli[n]), "cli_noout_s": median(cli_noout[n]),
                    "load_all": load[n], "pipeline_all": pipe[n], "cli_all": cli[n],
                    "cli_noout_all": cli_noout[n]}
             row["ratio"] = row["pipeline_s"] / row["load_s"]
@@ -241,7 +231,7 @@ def main(argv=None):
         print("\n".join(table))
         print("(CPU time of this process, medians of %d interleaved repeats; wall-clock medians in "
               "parentheses; CLI: wall clock, median of %d, fsdp-opt --version alone takes %.0f ms)"
-              % (a.repeats, a.cli_repeats, 1e3 * _median(startup)))
+              % (a.repeats, a.cli_repeats, 1e3 * median(startup)))
 
         marg = []
         for r1, r2 in zip(rows, rows[1:]):
@@ -289,7 +279,7 @@ def main(argv=None):
 
         out = {"sizes": sizes, "d": a.d, "repeats": a.repeats, "cli_repeats": a.cli_repeats,
                "pipeline": pipeline, "rows": rows, "marginal": marg, "grows": grows,
-               "startup_s": _median(startup), "table": table, "torch": torch.__version__, "git_head": _git_head(),
+               "startup_s": median(startup), "table": table, "torch": torch.__version__, "git_head": git_head(ROOT),
                "nproc": os.cpu_count(), "loadavg_end": os.getloadavg()}
         if a.json:
             with open(a.json, "w") as f:

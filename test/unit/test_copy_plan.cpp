@@ -179,6 +179,16 @@ struct TestParam {
   ElemType gathered;
 };
 
+// Every conversion the kernel does, plain bytes, an empty parameter and odd row sizes: the
+// unit both gather layouts' round trips are checked on.
+std::vector<TestParam> mixedCastParams() {
+  const ElemType f16 = ElemType::kF16, bf16 = ElemType::kBF16, f32 = ElemType::kF32,
+                 f64 = ElemType::kF64, raw = ElemType::kBytes;
+  return {{10, 3, f32, bf16}, {2, 5, f64, f16},  {7, 8, raw, raw},  {1, 8, f16, f32},
+          {0, 3, f32, bf16},  {13, 1, bf16, f64}, {9, 2, f32, f32}, {5, 3, f64, f32},
+          {3, 7, f32, f16},   {4, 3, bf16, f16}};
+}
+
 std::vector<uint8_t> randomElems(std::mt19937_64& rng, ElemType t, int64_t n) {
   std::vector<uint8_t> out(static_cast<size_t>(n * elemSize(t)));
   for (int64_t k = 0; k < n; ++k) {
@@ -335,12 +345,7 @@ void gatherRoundTrip(const std::vector<TestParam>& params, int64_t world, uint64
 }  // namespace
 
 TEST(CopyPlan, GatherRoundTripWithCasts) {
-  const ElemType f16 = ElemType::kF16, bf16 = ElemType::kBF16, f32 = ElemType::kF32,
-                 f64 = ElemType::kF64, raw = ElemType::kBytes;
-  const std::vector<TestParam> params = {
-      {10, 3, f32, bf16}, {2, 5, f64, f16},  {7, 8, raw, raw},  {1, 8, f16, f32},
-      {0, 3, f32, bf16},  {13, 1, bf16, f64}, {9, 2, f32, f32}, {5, 3, f64, f32},
-      {3, 7, f32, f16},   {4, 3, bf16, f16}};
+  const std::vector<TestParam> params = mixedCastParams();
   for (int64_t w = 1; w <= 5; ++w) {
     for (int misalign : {0, 2, 8}) gatherRoundTrip(params, w, static_cast<uint64_t>(w), 32, misalign);
   }
@@ -500,14 +505,12 @@ void paramMajorGather(const std::vector<TestParam>& params, int64_t world, uint6
 }  // namespace
 
 TEST(ParamMajorPlan, GatherWithCastsEqualsC10Cast) {
-  const ElemType f16 = ElemType::kF16, bf16 = ElemType::kBF16, f32 = ElemType::kF32,
-                 f64 = ElemType::kF64, raw = ElemType::kBytes;
-  const std::vector<TestParam> params = {
-      {10, 3, f32, bf16}, {2, 5, f64, f16},  {7, 8, raw, raw},  {1, 8, f16, f32},
-      {0, 3, f32, bf16},  {13, 1, bf16, f64}, {9, 2, f32, f32}, {5, 3, f64, f32},
-      {3, 7, f32, f16},   {4, 3, bf16, f16}};
+  const std::vector<TestParam> params = mixedCastParams();
   for (int64_t w = 1; w <= 5; ++w) paramMajorGather(params, w, static_cast<uint64_t>(w), 32);
-  std::vector<TestParam> many = {{3000, 17, f32, bf16}, {1000, 33, raw, raw}};
-  for (int i = 0; i < 80; ++i) many.push_back({static_cast<int64_t>(i % 7), 3, f32, f16});
+  std::vector<TestParam> many = {{3000, 17, ElemType::kF32, ElemType::kBF16},
+                                 {1000, 33, ElemType::kBytes, ElemType::kBytes}};
+  for (int i = 0; i < 80; ++i) {
+    many.push_back({static_cast<int64_t>(i % 7), 3, ElemType::kF32, ElemType::kF16});
+  }
   paramMajorGather(many, 4, 5, kThreadsPerBlock);
 }
