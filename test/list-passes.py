@@ -25,3 +25,7 @@
 # SUMMARY: reshard-on-raise {{.*}}release_all
 # SUMMARY: specialize-unit-types {{.*}}types
 # SUMMARY: verify-fsdp {{.*}}check
+#
+# Every summary starts in the same column, however long the longest name.
+# RUN: fsdp-opt --list-passes > %t.list
+# RUN: %python -c "import re, sys; cols = {len(m.group(1)) for m in (re.match(r'(  \S+ +)\S', l) for l in open(sys.argv[1])) if m}; sys.exit(0 if len(cols) == 1 else 'summary columns %%s' %% sorted(cols))" %t.list

@@ -80,6 +80,14 @@ PassRegistration::PassRegistration(std::string name, std::string summary, PassFu
 bool runPipeline(PassContext& context, const std::vector<std::string>& passNames,
                  const PipelineHooks& hooks) {
   auto& registry = PassRegistry::global();
+  // A name registered twice (two plugins, or a plugin reusing a built-in's name, in whichever
+  // order they were loaded) would run whichever came first: refuse instead, for every caller of
+  // the pipeline, not only the CLI.
+  if (!registry.duplicates().empty()) {
+    context.diagnostics().error("pipeline", "pass '" + registry.duplicates().front() +
+                                                "' is registered twice (a pass plugin reuses its name)");
+    return false;
+  }
   std::vector<const PassInfo*> passes;
   for (const auto& name : passNames) {
     const PassInfo* pass = registry.find(name);

@@ -13,6 +13,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <filesystem>
 #include <iostream>
 #include <set>
@@ -113,9 +114,11 @@ int run(const Flags& flags) {
     return fail("pass '" + PassRegistry::global().duplicates().front() + "' is registered twice");
   }
   if (flags.listPasses) {
-    for (const PassInfo* pass : PassRegistry::global().list()) {
-      std::cout << "  " << pass->name << std::string(pass->name.size() < 26 ? 26 - pass->name.size() : 1, ' ')
-                << pass->summary << "\n";
+    const auto passes = PassRegistry::global().list();
+    size_t width = 0;
+    for (const PassInfo* pass : passes) width = std::max(width, pass->name.size());
+    for (const PassInfo* pass : passes) {
+      std::cout << "  " << pass->name << std::string(width + 2 - pass->name.size(), ' ') << pass->summary << "\n";
     }
     return 0;
   }
