@@ -81,6 +81,8 @@ std::vector<std::string> listPassesOp() {
   return lines;
 }
 
+std::vector<std::string> defaultPipelineOp() { return defaultPipeline(); }
+
 }  // namespace
 
 TORCH_LIBRARY(fsdp_opt, m) {
@@ -91,6 +93,7 @@ TORCH_LIBRARY(fsdp_opt, m) {
         "str[] passes, int max_unsharded_bytes, int bucket_bytes, str param_dtype=\"\") -> str[]",
         saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
+  m.def("default_pipeline() -> str[]", defaultPipelineOp);
 }
 
 }  // namespace fsdp_opt

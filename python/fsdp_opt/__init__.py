@@ -27,7 +27,7 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple, Union
 import torch
 
 __all__ = [
-    "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes",
+    "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes", "default_pipeline",
     "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
 ]
 __version__ = "0.1.0"
@@ -130,6 +130,13 @@ def load_plugin(path: str) -> None:
     except OSError as e:
         raise FsdpOptError("cannot load pass plugin '%s': %s" % (path, e)) from None
     _loaded_plugins.append(path)
+
+
+def default_pipeline() -> List[str]:
+    """The passes transform() and shard() run when `passes` is not given, in order: a starting
+    point for a custom pipeline (insert or drop a pass, pass the list back as `passes`)."""
+    load()
+    return list(torch.ops.fsdp_opt.default_pipeline())
 
 
 def list_passes() -> Dict[str, str]:

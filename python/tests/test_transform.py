@@ -1,6 +1,7 @@
 """transform(): the pipeline in-process on a ScriptModule; stats(); errors with fsdp-opt's text."""
 
 import os
+import re
 
 import pytest
 import torch
@@ -38,6 +39,26 @@ def test_named_pipeline(fsdp_opt, gpt):
     rewritten = fsdp_opt.transform(scripted, units=["blocks.*"], passes=passes)
     assert same_bits(rewritten(x), scripted(x))
     assert set(passes.split(",")) <= set(fsdp_opt.list_passes())
+
+
+def test_default_pipeline_is_what_transform_runs(fsdp_opt, gpt):
+    model, x = gpt
+    scripted = torch.jit.script(model)
+    pipeline = fsdp_opt.default_pipeline()
+    assert pipeline[0] == "specialize-unit-types" and pipeline[-1] == "verify-fsdp", pipeline
+    assert set(pipeline) <= set(fsdp_opt.list_passes()), pipeline
+
+    def ir(module):  # every transform clones its types: their mangled names differ
+        return re.sub(r"___torch_mangle_\d+\.", "", str(module.graph))
+
+    implicit = ir(fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2))
+    explicit = ir(fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2, passes=pipeline))
+    assert explicit == implicit
+    assert "fsdp::all_gather_start" in implicit
+    # and the list is not ignored: without prefetch-gathers there is no split gather
+    fewer = ir(fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2,
+                                  passes=[p for p in pipeline if p != "prefetch-gathers"]))
+    assert "fsdp::all_gather_start" not in fewer and "fsdp::all_gather(" in fewer
 
 
 def test_sharding_for_a_rank_in_process(fsdp_opt, gpt):
