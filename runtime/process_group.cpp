@@ -6,6 +6,7 @@
 #include <climits>
 #include <cmath>
 #include <cstdlib>
+#include <cstring>
 #include <mutex>
 #include <set>
 #include <sstream>
@@ -258,9 +259,24 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
   return nullptr;
 }
 
+// What a rank whose file does not fit the process group publishes in place of its hash.
+constexpr const char* kWrongFile = "wrong-file: ";
+
 void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
+  if ((rank != st.info.rank || world != st.info.world) && st.info.world > 1) {
+    // The peers wait for this rank's hash in the exchange below: tell them now, or a peer whose
+    // own file is right would only learn it from the timeout. Best effort: the error below is
+    // this rank's answer either way.
+    const std::string note = std::string(kWrongFile) + "a file sharded as rank " +
+                             std::to_string(rank) + " of world size " + std::to_string(world);
+    try {
+      st.store->set("manifest/" + std::to_string(st.manifestRounds++) + "/" + std::to_string(st.info.rank),
+                    std::vector<uint8_t>(note.begin(), note.end()));
+    } catch (const std::exception&) {
+    }
+  }
   TORCH_CHECK(rank == st.info.rank && world == st.info.world,
               "fsdp::check_rank: this model file is rank ", rank, " of world size ", world,
               ", but the process group is rank ", st.info.rank, " of world size ", st.info.world,
@@ -294,6 +310,10 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
   }
   for (int r = 0; r < st.info.world; ++r) {
     const std::string& other = shas[static_cast<size_t>(r)];
+    TORCH_CHECK(other.rfind(kWrongFile, 0) != 0, "fsdp::check_rank: rank ", r,
+                " of this job (world size ", st.info.world, ") loaded ", other.substr(strlen(kWrongFile)),
+                "; every rank must load its own rank{r}.pt from one fsdp-opt run for world size ",
+                st.info.world);
     TORCH_CHECK(other == manifestSha256,
                 "fsdp::check_rank: rank files come from different fsdp-opt runs: rank ",
                 st.info.rank, " loaded a file with manifest sha256 '", manifestSha256,
