@@ -62,22 +62,6 @@ class LoopHoister {
     return path ? plan_.unitAt(*path) : nullptr;
   }
 
-  // Own bytes of the gathers open (gathered, not resharded) where `loop` runs, in this graph:
-  // in each enclosing block, gathers before the node holding the loop whose reshard is after it.
-  int64_t openBytesAt(torch::jit::Node* loop) {
-    int64_t bytes = 0;
-    for (torch::jit::Node* anchor = loop; anchor; anchor = anchor->owningBlock()->owningNode()) {
-      for (torch::jit::Node* node : anchor->owningBlock()->nodes()) {
-        if (node == anchor) break;
-        if (node->kind() != ops::allGather()) continue;
-        torch::jit::Node* reshard = reshardOf(node);
-        if (!reshard || !anchor->isBefore(reshard)) continue;
-        for (const Unit* unit : unitsOfGather(node, graph_, "", plan_)) bytes += unit->bytes();
-      }
-    }
-    return bytes;
-  }
-
   // The nodes of `body` that `gather` depends on, if all are invariant reads; else false.
   bool invariantOperands(torch::jit::Node* gather, torch::jit::Node* loop,
                          std::set<torch::jit::Node*>& nodes) {
@@ -117,7 +101,7 @@ class LoopHoister {
       if (node->owningBlock() == body) candidates.push_back(node);
     });
     if (candidates.empty()) return 0;
-    int64_t open = openBytesAt(loop);
+    int64_t open = openGatheredBytesAt(loop, graph_, "", plan_);
     int64_t hoistedBytes = 0;
     std::set<torch::jit::Node*> hoisted;
     auto largestLeft = [&](torch::jit::Node* skip) {

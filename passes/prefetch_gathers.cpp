@@ -66,27 +66,6 @@ class Prefetcher {
     return units.size() == 1 ? units.front() : nullptr;
   }
 
-  int64_t ownBytes(torch::jit::Node* gather) {
-    int64_t bytes = 0;
-    for (const Unit* unit : unitsOfGather(gather, graph_, representative_, plan_)) bytes += unit->bytes();
-    return bytes;
-  }
-
-  // Own bytes of the gathers open around `anchor` (gathered before it, resharded after it) in
-  // the blocks enclosing it, up to the graph's top block. Its own block is prefetchIn's business.
-  int64_t enclosingOpenBytes(torch::jit::Node* anchor) {
-    int64_t bytes = 0;
-    for (torch::jit::Node* at = anchor; at; at = at->owningBlock()->owningNode()) {
-      for (torch::jit::Node* node : at->owningBlock()->nodes()) {
-        if (node == at) break;
-        if (!ops::isGatherResult(node)) continue;
-        torch::jit::Node* reshard = reshardOf(node);
-        if (reshard && at->isBefore(reshard)) bytes += ownBytes(node);
-      }
-    }
-    return bytes;
-  }
-
   // The pure reads between `after` and `gather` that the gather depends on; false if it also
   // depends on anything else produced there.
   bool movableOperands(torch::jit::Node* after, torch::jit::Node* gather, std::set<torch::jit::Node*>& nodes) {
@@ -111,7 +90,8 @@ class Prefetcher {
       if (ops::isGatherResult(node)) gathers.push_back(node);
     }
     if (gathers.size() < 2) return 0;
-    const int64_t outerOpen = block->owningNode() ? enclosingOpenBytes(block->owningNode()) : 0;
+    const int64_t outerOpen =
+        block->owningNode() ? openGatheredBytesAt(block->owningNode(), graph_, representative_, plan_) : 0;
     // Gathers before `previous` not resharded yet at it. Reshards do not move, and `previous`
     // only moves forward, so one resharded before it stays closed for the rest of the walk.
     std::vector<std::pair<torch::jit::Node*, int64_t>> open;  // reshard, own bytes
@@ -123,7 +103,7 @@ class Prefetcher {
       if (i >= 2) {
         torch::jit::Node* earlierReshard = reshardOf(gathers[i - 2]);
         if (earlierReshard) {
-          int64_t bytes = ownBytes(gathers[i - 2]);
+          int64_t bytes = gatheredBytes(gathers[i - 2], graph_, representative_, plan_);
           open.emplace_back(earlierReshard, bytes);
           openBytes += bytes;
         }

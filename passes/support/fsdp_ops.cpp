@@ -122,4 +122,25 @@ std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Gra
   return units;
 }
 
+int64_t gatheredBytes(torch::jit::Node* gather, torch::jit::Graph& graph,
+                      const std::string& representative, const FsdpPlan& plan) {
+  int64_t bytes = 0;
+  for (const Unit* unit : unitsOfGather(gather, graph, representative, plan)) bytes += unit->bytes();
+  return bytes;
+}
+
+int64_t openGatheredBytesAt(torch::jit::Node* anchor, torch::jit::Graph& graph,
+                            const std::string& representative, const FsdpPlan& plan) {
+  int64_t bytes = 0;
+  for (torch::jit::Node* at = anchor; at; at = at->owningBlock()->owningNode()) {
+    for (torch::jit::Node* node : at->owningBlock()->nodes()) {
+      if (node == at) break;
+      if (!ops::isGatherResult(node)) continue;
+      torch::jit::Node* reshard = reshardOf(node);
+      if (reshard && at->isBefore(reshard)) bytes += gatheredBytes(node, graph, representative, plan);
+    }
+  }
+  return bytes;
+}
+
 }  // namespace fsdp_opt

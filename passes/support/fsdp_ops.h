@@ -58,4 +58,14 @@ std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Va
 std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Graph& graph,
                                        const std::string& representative, const FsdpPlan& plan);
 
+// Bytes of the groups a gather unshards (several units for a bucket), as unitsOfGather finds them.
+int64_t gatheredBytes(torch::jit::Node* gather, torch::jit::Graph& graph,
+                      const std::string& representative, const FsdpPlan& plan);
+// Bytes of the gathers still open where `anchor` runs: in anchor's block and in each block
+// enclosing it up to the graph's top one, the gather results (all_gather or all_gather_wait)
+// that come before the node on the way to `anchor` and are resharded after it. Linear in the
+// nodes before `anchor`; a pass walking many anchors of one block tracks its own block instead.
+int64_t openGatheredBytesAt(torch::jit::Node* anchor, torch::jit::Graph& graph,
+                            const std::string& representative, const FsdpPlan& plan);
+
 }  // namespace fsdp_opt
