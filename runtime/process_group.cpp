@@ -262,6 +262,12 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
 // What a rank whose file does not fit the process group publishes in place of its hash.
 constexpr const char* kWrongFile = "wrong-file: ";
 
+// The store key prefix of the next manifest exchange. Rounds keep keys of successive checks
+// (another model loaded later) apart; every rank runs the same program, so the rounds line up.
+std::string nextManifestRound(GroupState& st) {
+  return "manifest/" + std::to_string(st.manifestRounds++) + "/";
+}
+
 void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
@@ -272,7 +278,7 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
     const std::string note = std::string(kWrongFile) + "a file sharded as rank " +
                              std::to_string(rank) + " of world size " + std::to_string(world);
     try {
-      st.store->set("manifest/" + std::to_string(st.manifestRounds++) + "/" + std::to_string(st.info.rank),
+      st.store->set(nextManifestRound(st) + std::to_string(st.info.rank),
                     std::vector<uint8_t>(note.begin(), note.end()));
     } catch (const std::exception&) {
     }
@@ -284,10 +290,8 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
               rank, " of ", world, " processes)");
   if (st.info.world == 1 || st.checkedManifests.count(manifestSha256) != 0) return;
 
-  // Every rank publishes its file's manifest hash and compares it with all the others'. Rounds
-  // keep keys of successive checks (another model loaded later) apart; every rank runs the same
-  // program, so the rounds line up.
-  const std::string round = "manifest/" + std::to_string(st.manifestRounds++) + "/";
+  // Every rank publishes its file's manifest hash and compares it with all the others'.
+  const std::string round = nextManifestRound(st);
   const std::vector<uint8_t> mine(manifestSha256.begin(), manifestSha256.end());
   std::vector<std::string> shas(static_cast<size_t>(st.info.world));
   try {
