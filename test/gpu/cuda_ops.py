@@ -17,6 +17,9 @@ import sys
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Inputs"))
+from cuda_paths import GATHER_PATHS, load_or_skip  # noqa: E402
+
 
 def finite(shape, dtype, seed):
     g = torch.Generator().manual_seed(seed)
@@ -135,21 +138,14 @@ def tests(label):
 
 def main():
     lib = sys.argv[1]
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device")
-        return 0
-    torch.ops.load_library(lib)
-    if not torch.ops.fsdp.has_cuda_backend():
-        print("skipped: %s was built without FSDP_OPT_ENABLE_CUDA" % lib)
+    skip = load_or_skip(lib)
+    if skip:
+        print("skipped: " + skip)
         return 0
     if len(sys.argv) > 2 and sys.argv[2] == "--child":
         return 1 if tests(sys.argv[3]) else 0
     failed = 0
-    for label, env in (("copy-only", {}),
-                       ("nccl packed", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
-                                        "FSDP_OPT_CUDA_GATHER_LAYOUT": "packed"}),
-                       ("nccl per-param", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
-                                           "FSDP_OPT_CUDA_GATHER_LAYOUT": "per-param"})):
+    for label, env in GATHER_PATHS:
         e = dict(os.environ)
         e.update(env)
         failed += subprocess.run([sys.executable, os.path.abspath(__file__), lib, "--child", label],

@@ -21,13 +21,15 @@ import types
 
 import torch
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Inputs"))
+from cuda_paths import GATHER_PATHS, load_or_skip  # noqa: E402
+
 try:
     import fsdp_models as fm
 except ImportError:
     # test/Inputs/fsdp_models.py imports torchvision for its image models only; a GPU machine
     # without torchvision can still build the GPT.
     sys.modules.setdefault("torchvision", types.ModuleType("torchvision"))
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "Inputs"))
     import fsdp_models as fm
 
 MAX_NEW_TOKENS = 13
@@ -91,12 +93,9 @@ def main():
         _, _, lib, orig, rewritten, label = sys.argv
         sys.exit(1 if run_parity(lib, orig, rewritten, label) else 0)
     lib, fsdp_opt, out = sys.argv[1:4]
-    if not torch.cuda.is_available():
-        print("skipped: no CUDA device")
-        return 0
-    torch.ops.load_library(lib)
-    if not torch.ops.fsdp.has_cuda_backend():
-        print("skipped: %s was built without FSDP_OPT_ENABLE_CUDA" % lib)
+    skip = load_or_skip(lib)
+    if skip:
+        print("skipped: " + skip)
         return 0
     model = fm.make("gpt", n_layer=4, n_embd=64, n_head=4)
     orig = os.path.join(out, "gpt.pt")
@@ -107,12 +106,7 @@ def main():
     print("+ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
     failures = 0
-    for label, env in (("copy-only", {}),
-                       ("nccl packed", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
-                                        "FSDP_OPT_CUDA_GATHER_LAYOUT": "packed"}),
-                       ("nccl per-param", {"FSDP_OPT_CUDA_FORCE_NCCL": "1",
-                                           "FSDP_OPT_CUDA_GATHER_LAYOUT": "per-param"}),
-                       ("copy-only, no fusers", {})):
+    for label, env in GATHER_PATHS + (("copy-only, no fusers", {}),):
         e = dict(os.environ)
         e.update(env)
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", lib, orig,
