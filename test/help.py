@@ -5,6 +5,11 @@
 # CHECK:     Usage: fsdp-opt
 # One line per flag, flag first:
 # CHECK-DAG: {{^ *--fsdp-unit }}
+# CHECK-DAG: {{^ *--fsdp-unit-type }}
+# CHECK-DAG: {{^ *--fsdp-min-unit-params }}
+# CHECK-DAG: {{^ *--max-unsharded-bytes }}
+# CHECK-DAG: {{^ *--bucket-bytes }}
+# CHECK-DAG: {{^ *--param-dtype }}
 # CHECK-DAG: {{^ *--forward-method }}
 # CHECK-DAG: {{^ *--world-size }}
 # CHECK-DAG: {{^ *-o }}

@@ -13,4 +13,4 @@
 # NONE: fsdp::all_gather(%{{[^,]*}}, %{{[^,]*}}, %{{[^,)]*}})
 # NONE: fsdp::all_gather_start(%{{[^,]*}}, %{{[^,]*}}, %{{[^,)]*}})
 # RUN: not fsdp-opt %t.pt --param-dtype=int8 2>&1 | FileCheck %s --check-prefix=ERR
-# ERR: error: --param-dtype expects bf16 or fp16, got 'int8'
+# ERR: error: --param-dtype expects bf16, fp16 or fp32, got 'int8'

@@ -17,9 +17,10 @@
 //   6. calls the method on the original and on the rewritten model and compares the outputs
 //      bit for bit.
 //
-// usage: cpp-pipeline MODEL.pt ARGS.pt [--method NAME] [--fsdp-unit PATTERN]...
-//                     [--forward-method PATTERN:METHOD]... [--load-pass-plugin LIB.so]...
-//                     [--extra-pass NAME]... [--remarks]
+// usage: cpp-pipeline MODEL.pt ARGS.pt [--method NAME] [--load-pass-plugin LIB.so]...
+//                     [--extra-pass NAME]... [--remarks] [fsdp-opt's pipeline options]...
+// The pipeline options (--fsdp-unit PATTERN, --fsdp-unit-type NAME, --forward-method
+// PATTERN:METHOD, ...) are fsdp-opt's, parsed by fsdp_opt::applyOption.
 // Exit status: 0 when the outputs match, 1 on a mismatch or any error.
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/runtime.h>
@@ -41,21 +42,23 @@
 #include <iterator>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
 struct Args {
   std::string model, inputs, method = "forward";
-  std::vector<std::string> units, forwardMethods, plugins, extraPasses;
+  std::vector<std::string> plugins, extraPasses;
+  std::vector<std::pair<std::string, std::string>> pipelineOptions;  // (name, value)
   bool remarks = false;
 };
 
 [[noreturn]] void usage(const std::string& problem) {
   std::cerr << "error: " << problem << "\n"
-            << "usage: cpp-pipeline MODEL.pt ARGS.pt [--method NAME] [--fsdp-unit PATTERN]...\n"
-            << "       [--forward-method PATTERN:METHOD]... [--load-pass-plugin LIB.so]...\n"
-            << "       [--extra-pass NAME]... [--remarks]\n";
+            << "usage: cpp-pipeline MODEL.pt ARGS.pt [--method NAME] [--load-pass-plugin LIB.so]...\n"
+            << "       [--extra-pass NAME]... [--remarks] [--fsdp-unit PATTERN]... [--fsdp-unit-type NAME]...\n"
+            << "       [--forward-method PATTERN:METHOD]... (any option of fsdp-opt's pipeline)\n";
   std::exit(1);
 }
 
@@ -68,9 +71,14 @@ Args parseArgs(int argc, char** argv) {
       if (i + 1 >= argc) usage(arg + " needs a value");
       return argv[++i];
     };
+    auto isPipelineOption = [&] {
+      for (const auto& info : fsdp_opt::pipelineOptions()) {
+        if (arg == std::string("--") + info.name) return true;
+      }
+      return false;
+    };
     if (arg == "--method") args.method = value();
-    else if (arg == "--fsdp-unit") args.units.push_back(value());
-    else if (arg == "--forward-method") args.forwardMethods.push_back(value());
+    else if (isPipelineOption()) args.pipelineOptions.emplace_back(arg.substr(2), value());
     else if (arg == "--load-pass-plugin") args.plugins.push_back(value());
     else if (arg == "--extra-pass") args.extraPasses.push_back(value());
     else if (arg == "--remarks") args.remarks = true;
@@ -194,13 +202,12 @@ int run(const Args& args) {
 
   // 2. fsdp-opt's pipeline (the default one, then any extra passes, e.g. from a plugin).
   fsdp_opt::PipelineOptions options;
-  options.unitPatterns = args.units;
-  for (const auto& text : args.forwardMethods) {
-    fsdp_opt::ForwardMethodSpec spec;
-    if (!fsdp_opt::parseForwardMethodSpec(text, spec)) usage("--forward-method expects PATTERN:METHOD, got " + text);
-    options.forwardMethodSpecs.push_back(spec);
+  auto pipelineOptions = args.pipelineOptions;
+  pipelineOptions.emplace_back("world-size", std::to_string(worldSize));
+  for (const auto& [name, value] : pipelineOptions) {
+    std::string error = fsdp_opt::applyOption(options, name, value);
+    if (!error.empty()) usage(error);
   }
-  options.worldSize = worldSize;
   std::vector<std::string> pipeline = fsdp_opt::defaultPipeline();
   pipeline.insert(pipeline.end(), args.extraPasses.begin(), args.extraPasses.end());
   fsdp_opt::TransformResult result = fsdp_opt::transform(prepared, options, pipeline);

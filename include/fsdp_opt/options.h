@@ -1,4 +1,8 @@
 // Options of the fsdp-opt pipeline, shared by the CLI, the C++ API and the Python bindings.
+//
+// Every front end parses them through applyOption, with the names the command line uses
+// (`--fsdp-unit`, `--max-unsharded-bytes`, ...): the accepted values and the error texts are
+// the same whether a flag comes from fsdp-opt's argv, from Python keywords or from a C++ program.
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -18,6 +22,14 @@ struct ForwardMethodSpec {
 
 struct PipelineOptions {
   std::vector<std::string> unitPatterns;             // --fsdp-unit
+  // --fsdp-unit-type: every instance of a module class is a unit (FSDP1's ModuleWrapPolicy, the
+  // `for layer in model.layers: fully_shard(layer)` habit), by TorchScript qualified name or its
+  // last component.
+  std::vector<std::string> unitTypes;
+  // --fsdp-min-unit-params: FSDP1's size_based_auto_wrap_policy. Post-order, a module becomes a
+  // unit when the parameter elements below it that no nested unit holds reach this number; the
+  // root then becomes one too, as FSDP1's outermost wrapper.
+  std::optional<int64_t> minUnitParams;
   std::vector<ForwardMethodSpec> forwardMethodSpecs;  // --forward-method
   int64_t worldSize = 1;                              // --world-size
   bool verifyEach = false;                            // --verify-each
@@ -33,6 +45,25 @@ struct PipelineOptions {
   // --param-dtype: gather (and compute with) unit parameters in this dtype; shards keep theirs.
   std::optional<c10::ScalarType> paramDtype;
 };
+
+// One option that takes a value, as the command line spells it without the leading dashes.
+struct OptionInfo {
+  const char* name;     // "fsdp-unit"
+  const char* metavar;  // "PATTERN"
+  const char* help;     // one line for --help
+  bool repeatable;
+};
+
+// The options applyOption accepts, in the order --help lists them.
+const std::vector<OptionInfo>& pipelineOptions();
+
+// Sets option `name` (one of pipelineOptions(), without dashes) from its text; a repeatable
+// option appends. Returns "" or one line naming the flag and the value ("--world-size must be
+// at least 1, got 0").
+std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value);
+
+// Items spelled "--name=value", applied in order. Returns "" or the first error.
+std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items);
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32": the dtype; false otherwise.
 bool parseParamDtype(const std::string& text, c10::ScalarType& dtype);

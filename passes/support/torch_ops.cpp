@@ -8,26 +8,11 @@
 namespace fsdp_opt {
 namespace {
 
-PipelineOptions optionsFrom(const std::vector<std::string>& units,
-                            const std::vector<std::string>& forwardMethods, int64_t worldSize,
-                            int64_t maxUnshardedBytes, int64_t bucketBytes,
-                            const std::string& paramDtype) {
+// Python passes its keywords as "--name=value" items, parsed as the command line's flags are.
+PipelineOptions optionsFrom(const std::vector<std::string>& items) {
   PipelineOptions options;
-  options.unitPatterns = units;
-  for (const auto& text : forwardMethods) {
-    ForwardMethodSpec spec;
-    TORCH_CHECK(parseForwardMethodSpec(text, spec), "forward method '", text, "' is not PATTERN:METHOD");
-    options.forwardMethodSpecs.push_back(spec);
-  }
-  TORCH_CHECK(worldSize >= 1, "world_size must be at least 1, got ", worldSize);
-  options.worldSize = worldSize;
-  if (maxUnshardedBytes >= 0) options.maxUnshardedBytes = maxUnshardedBytes;
-  if (bucketBytes >= 0) options.bucketBytes = bucketBytes;
-  if (!paramDtype.empty()) {
-    c10::ScalarType dtype;
-    TORCH_CHECK(parseParamDtype(paramDtype, dtype), "param_dtype must be bf16 or fp16, got '", paramDtype, "'");
-    options.paramDtype = dtype;
-  }
+  std::string error = applyOptions(options, items);
+  TORCH_CHECK(error.empty(), error);
   return options;
 }
 
@@ -50,24 +35,17 @@ std::vector<std::string> checkedDiagnostics(const TransformResult& result) {
 }
 
 std::tuple<c10::IValue, std::vector<std::string>> transformOp(
-    c10::IValue module, std::vector<std::string> units, std::vector<std::string> forwardMethods,
-    int64_t worldSize, int64_t rank, std::vector<std::string> passes, int64_t maxUnshardedBytes,
-    int64_t bucketBytes, std::string paramDtype) {
-  PipelineOptions options =
-      optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes, paramDtype);
+    c10::IValue module, std::vector<std::string> optionItems, int64_t rank, std::vector<std::string> passes) {
+  PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   if (rank >= 0) shardForRank(result, options, rank);
   return {result.module._ivalue(), lines};
 }
 
-std::vector<std::string> saveOp(c10::IValue module, std::vector<std::string> units,
-                                std::vector<std::string> forwardMethods, int64_t worldSize,
-                                std::string output, std::vector<std::string> passes,
-                                int64_t maxUnshardedBytes, int64_t bucketBytes,
-                                std::string paramDtype) {
-  PipelineOptions options =
-      optionsFrom(units, forwardMethods, worldSize, maxUnshardedBytes, bucketBytes, paramDtype);
+std::vector<std::string> saveOp(c10::IValue module, std::vector<std::string> optionItems,
+                                std::string output, std::vector<std::string> passes) {
+  PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   writeOutput(result, options, output);
@@ -86,12 +64,9 @@ std::vector<std::string> defaultPipelineOp() { return defaultPipeline(); }
 }  // namespace
 
 TORCH_LIBRARY(fsdp_opt, m) {
-  m.def("transform(Any module, str[] units, str[] forward_methods, int world_size, int rank, "
-        "str[] passes, int max_unsharded_bytes, int bucket_bytes, str param_dtype=\"\") -> (Any, str[])",
-        transformOp);
-  m.def("save(Any module, str[] units, str[] forward_methods, int world_size, str output, "
-        "str[] passes, int max_unsharded_bytes, int bucket_bytes, str param_dtype=\"\") -> str[]",
-        saveOp);
+  // `options`: "--name=value" items, the flags of fsdp-opt (include/fsdp_opt/options.h).
+  m.def("transform(Any module, str[] options, int rank, str[] passes) -> (Any, str[])", transformOp);
+  m.def("save(Any module, str[] options, str output, str[] passes) -> str[]", saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
   m.def("default_pipeline() -> str[]", defaultPipelineOp);
 }

@@ -260,26 +260,44 @@ def _message(error: Exception) -> str:
     return text.strip()
 
 
-def _arguments(script_module, units, forward_methods, world_size, passes, max_unsharded_bytes,
-               bucket_bytes, param_dtype):
+def _positive(value, what: str) -> Optional[int]:
+    if value is None:
+        return None
+    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
+        raise ValueError("%s must be an int >= 1 or None, got %r" % (what, value))
+    return value
+
+
+def _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
+             max_unsharded_bytes, bucket_bytes, param_dtype) -> List[str]:
+    """The keywords as fsdp-opt's flags ("--name=value"): the libraries parse them as the
+    command line's, so values and error texts are the same."""
     if not _is_script_module(script_module):
         raise TypeError("expected a ScriptModule (torch.jit.script(model) or torch.jit.load(path)), got %s"
                         % type(script_module).__name__)
     if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
         raise ValueError("world_size must be an int >= 1, got %r" % (world_size,))
     recorded_units, recorded_methods = _recorded(script_module)
-    args = [script_module._c,
-            _strings(units, "units") + recorded_units,
-            _forward_method_specs(forward_methods) + recorded_methods,
-            world_size]
+    options = ["--fsdp-unit=" + u for u in _strings(units, "units") + recorded_units]
+    options += ["--fsdp-unit-type=" + t for t in _strings(unit_types, "unit_types")]
+    min_params = _positive(min_unit_params, "min_unit_params")
+    if min_params is not None:
+        options.append("--fsdp-min-unit-params=%d" % min_params)
+    options += ["--forward-method=" + m for m in _forward_method_specs(forward_methods) + recorded_methods]
+    options.append("--world-size=%d" % world_size)
+    for flag, value, what in (("--max-unsharded-bytes", max_unsharded_bytes, "max_unsharded_bytes"),
+                              ("--bucket-bytes", bucket_bytes, "bucket_bytes")):
+        if _size(value, what) >= 0:
+            options.append("%s=%d" % (flag, value))
+    if param_dtype is not None:
+        options.append("--param-dtype=" + (param_dtype if isinstance(param_dtype, str) else _dtype_name(param_dtype)))
+    return options
+
+
+def _passes(passes) -> List[str]:
     if isinstance(passes, str):
         passes = [p for p in passes.split(",") if p]
-    tail = [_strings(passes, "passes"), _size(max_unsharded_bytes, "max_unsharded_bytes"),
-            _size(bucket_bytes, "bucket_bytes")]
-    kwargs = {}
-    if param_dtype is not None:
-        kwargs["param_dtype"] = param_dtype if isinstance(param_dtype, str) else _dtype_name(param_dtype)
-    return args, tail, kwargs
+    return _strings(passes, "passes")
 
 
 def _dtype_name(dtype) -> str:
@@ -306,12 +324,20 @@ def transform(script_module: torch.jit.ScriptModule,
               max_unsharded_bytes: Optional[int] = None,
               bucket_bytes: Optional[int] = None,
               param_dtype=None,
-              diagnostics: Optional[list] = None) -> torch.jit.ScriptModule:
+              diagnostics: Optional[list] = None,
+              *,
+              unit_types: Optional[Iterable[str]] = None,
+              min_unit_params: Optional[int] = None) -> torch.jit.ScriptModule:
     """Runs fsdp-opt's pipeline in this process and returns the rewritten ScriptModule; the
     input is left as it was (the result shares its parameter tensors until sharded).
 
     units:            module-path patterns (`--fsdp-unit`), added to the markers in the model
                       and those recorded by mark_unit() on ScriptModules.
+    unit_types:       module class names (`--fsdp-unit-type`): every instance is a unit, like
+                      FSDP1's ModuleWrapPolicy({Block}); the TorchScript qualified name or its
+                      last component ("Block").
+    min_unit_params:  units by size (`--fsdp-min-unit-params`), like FSDP1's
+                      size_based_auto_wrap_policy(min_num_params=N); the root becomes a unit too.
     forward_methods:  "PATTERN:METHOD" strings or (pattern, method) pairs (`--forward-method`),
                       added to the markers and registrations.
     world_size, rank: with a rank, the units' parameters are replaced by that rank's shards, so
@@ -327,14 +353,14 @@ def transform(script_module: torch.jit.ScriptModule,
     Errors (a pattern matching no module, an unknown pass, a failed verification...) raise
     FsdpOptError with fsdp-opt's error text."""
     load()
-    args, tail, kwargs = _arguments(script_module, units, forward_methods, world_size, passes,
-                                    max_unsharded_bytes, bucket_bytes, param_dtype)
+    options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
+                       max_unsharded_bytes, bucket_bytes, param_dtype)
     if rank is None:
         rank = -1
     elif not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
         raise ValueError("rank must be None or an int in [0, %d), got %r" % (world_size, rank))
     try:
-        module, lines = torch.ops.fsdp_opt.transform(*args, rank, *tail, **kwargs)
+        module, lines = torch.ops.fsdp_opt.transform(script_module._c, options, rank, _passes(passes))
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
     _report(lines, diagnostics)
@@ -350,17 +376,20 @@ def shard(script_module: torch.jit.ScriptModule,
           max_unsharded_bytes: Optional[int] = None,
           bucket_bytes: Optional[int] = None,
           param_dtype=None,
-          diagnostics: Optional[list] = None) -> List[str]:
+          diagnostics: Optional[list] = None,
+          *,
+          unit_types: Optional[Iterable[str]] = None,
+          min_unit_params: Optional[int] = None) -> List[str]:
     """Runs the pipeline and writes what `fsdp-opt -o OUTPUT` writes: for world_size > 1 the
     directory OUTPUT with rank{r}.pt and manifest.json, otherwise the file OUTPUT. Returns the
     paths of the rank files (torch.jit.load them after fsdp_opt.load()). Arguments and errors
     as for transform()."""
     load()
-    args, tail, kwargs = _arguments(script_module, units, forward_methods, world_size, passes,
-                                    max_unsharded_bytes, bucket_bytes, param_dtype)
+    options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
+                       max_unsharded_bytes, bucket_bytes, param_dtype)
     output = os.fspath(output)
     try:
-        lines = torch.ops.fsdp_opt.save(*args, output, *tail, **kwargs)
+        lines = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes))
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
     _report(lines, diagnostics)

@@ -61,6 +61,26 @@ def test_default_pipeline_is_what_transform_runs(fsdp_opt, gpt):
     assert "fsdp::all_gather_start" not in fewer and "fsdp::all_gather(" in fewer
 
 
+def test_unit_policies_choose_what_fsdp1_would(fsdp_opt, gpt):
+    model, x = gpt
+    scripted = torch.jit.script(model)
+    # By class, as FSDP1's ModuleWrapPolicy({Block}) or `for b in model.blocks: fully_shard(b)`.
+    lines = []
+    by_type = fsdp_opt.transform(scripted, unit_types=["Block"], units=["."], world_size=2, diagnostics=lines)
+    chose = [l for l in lines if "--fsdp-unit-type=Block chose" in l]
+    assert chose == ["remark: [find-units] --fsdp-unit-type=Block chose 2 module(s): blocks.0, blocks.1"], lines
+    assert by_type.generate.graph is not None and same_bits(by_type(x), scripted(x))
+    # By size, as FSDP1's size_based_auto_wrap_policy: with a block's element count as the
+    # threshold, each block is a unit (post-order: none of its children reaches it) and the
+    # embeddings, the tied head and the last norm stay with the root.
+    block = sum(p.numel() for p in model.blocks[0].parameters())
+    lines = []
+    by_size = fsdp_opt.transform(scripted, min_unit_params=block, diagnostics=lines)
+    chose = [l for l in lines if "--fsdp-min-unit-params" in l]
+    assert chose == ["remark: [find-units] --fsdp-min-unit-params=%d chose 3 module(s): ., blocks.0, blocks.1" % block], lines
+    assert same_bits(by_size(x), scripted(x))
+
+
 def test_sharding_for_a_rank_in_process(fsdp_opt, gpt):
     model, _ = gpt
     scripted = torch.jit.script(model)
@@ -90,8 +110,17 @@ def test_errors_raise_with_fsdp_opt_text(fsdp_opt, gpt):
     with pytest.raises(fsdp_opt.FsdpOptError, match="nope") as e:
         fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["blocks.*:nope"])
     error_text(e)
-    with pytest.raises(fsdp_opt.FsdpOptError, match="not PATTERN:METHOD"):
+    with pytest.raises(fsdp_opt.FsdpOptError, match="--forward-method expects PATTERN:METHOD, got 'generate'"):
         fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["generate"])
+    # The keywords go through fsdp-opt's own option parser: the command line's error texts.
+    with pytest.raises(fsdp_opt.FsdpOptError, match=r"^--param-dtype expects bf16, fp16 or fp32, got 'int8'$"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], param_dtype="int8")
+    with pytest.raises(fsdp_opt.FsdpOptError, match=r"--fsdp-unit-type 'Nope' matches no module's class \(the model's classes: Block, "):
+        fsdp_opt.transform(scripted, unit_types=["Nope"])
+    with pytest.raises(ValueError, match="min_unit_params must be an int >= 1 or None, got 0"):
+        fsdp_opt.transform(scripted, min_unit_params=0)
+    with pytest.raises(TypeError, match="unit_types must be strings"):
+        fsdp_opt.transform(scripted, unit_types=[3])
     with pytest.raises(TypeError, match="expected a ScriptModule"):
         fsdp_opt.transform(model, units=["blocks.*"])
     with pytest.raises(ValueError, match=r"rank must be None or an int in \[0, 2\)"):

@@ -16,6 +16,8 @@
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
+#include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -25,9 +27,9 @@ using namespace fsdp_opt;
 
 struct Flags {
   std::string input;
-  std::vector<std::string> units;
-  std::vector<std::string> forwardMethods;
-  int64_t worldSize = 1;
+  // Pipeline options (options.h) by name, as given; applyOption parses them.
+  std::map<std::string, std::vector<std::string>> repeated;
+  std::map<std::string, std::optional<std::string>> single;
   std::string output;
   bool printIr = false;
   std::string method;
@@ -39,9 +41,6 @@ struct Flags {
   bool verifyEach = false;
   bool remarks = false;
   bool stats = false;
-  std::string maxUnshardedBytes;
-  std::string bucketBytes;
-  std::string paramDtype;
 };
 
 int fail(const std::string& message) {
@@ -125,7 +124,6 @@ int run(const Flags& flags) {
   if (flags.input.empty()) return fail("no input file (usage: fsdp-opt INPUT.pt [options])");
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(flags.input)) return fail("cannot read input '" + flags.input + "': no such file");
-  if (flags.worldSize < 1) return fail("--world-size must be at least 1, got " + std::to_string(flags.worldSize));
   if (!flags.output.empty()) {
     std::error_code same;
     if (fs::exists(flags.output) && fs::equivalent(flags.output, flags.input, same)) {
@@ -134,31 +132,14 @@ int run(const Flags& flags) {
   }
 
   PipelineOptions options;
-  options.unitPatterns = flags.units;
-  for (const auto& text : flags.forwardMethods) {
-    ForwardMethodSpec spec;
-    if (!parseForwardMethodSpec(text, spec)) {
-      return fail("--forward-method expects PATTERN:METHOD, got '" + text + "'");
+  for (const OptionInfo& info : pipelineOptions()) {
+    std::vector<std::string> values;
+    if (auto many = flags.repeated.find(info.name); many != flags.repeated.end()) values = many->second;
+    if (auto one = flags.single.find(info.name); one != flags.single.end() && one->second) values.push_back(*one->second);
+    for (const auto& value : values) {
+      std::string error = applyOption(options, info.name, value);
+      if (!error.empty()) return fail(error);
     }
-    options.forwardMethodSpecs.push_back(spec);
-  }
-  options.worldSize = flags.worldSize;
-  if (!flags.maxUnshardedBytes.empty()) {
-    int64_t bytes = 0;
-    if (!parseByteSize(flags.maxUnshardedBytes, bytes)) {
-      return fail("--max-unsharded-bytes expects a size like 4096, 64KiB or 512MiB, got '" + flags.maxUnshardedBytes + "'");
-    }
-    options.maxUnshardedBytes = bytes;
-  }
-  if (!flags.paramDtype.empty()) {
-    c10::ScalarType dtype;
-    if (!parseParamDtype(flags.paramDtype, dtype)) {
-      return fail("--param-dtype expects bf16 or fp16, got '" + flags.paramDtype + "'");
-    }
-    options.paramDtype = dtype;
-  }
-  if (!flags.bucketBytes.empty() && !parseByteSize(flags.bucketBytes, options.bucketBytes)) {
-    return fail("--bucket-bytes expects a size like 0, 64KiB or 25MiB, got '" + flags.bucketBytes + "'");
   }
   options.verifyEach = flags.verifyEach;
   options.printIrAfter.insert(flags.printIrAfter.begin(), flags.printIrAfter.end());
@@ -211,16 +192,16 @@ int run(const Flags& flags) {
     if (!anywhere) return fail("--method: no module has a method '" + flags.method + "'");
   }
   if (flags.printIr) std::cout << printModuleIR(context.module(), flags.method);
-  if (flags.stats) printStatistics(context, *plan, flags.worldSize);
+  if (flags.stats) printStatistics(context, *plan, options.worldSize);
 
   if (!flags.output.empty()) {
     try {
-      ManifestInput input{flags.input, inputSha256, flags.worldSize};
+      ManifestInput input{flags.input, inputSha256, options.worldSize};
       std::string manifest = buildManifest(context.module(), *plan, input);
-      if (flags.worldSize == 1) {
+      if (options.worldSize == 1) {
         writeSingleFile(context.module(), sha256Hex(manifest), flags.output);
       } else {
-        writeShardedDirectory(context.module(), *plan, flags.worldSize, manifest, flags.output);
+        writeShardedDirectory(context.module(), *plan, options.worldSize, manifest, flags.output);
       }
     } catch (const std::exception& e) {
       return fail("cannot write '" + flags.output + "': " + firstLine(e.what()));
@@ -235,9 +216,13 @@ int main(int argc, char** argv) {
   Flags flags;
   CLI::App app{"fsdp-opt: insert and optimise FSDP collectives in TorchScript models", "fsdp-opt"};
   app.add_option("input", flags.input, "TorchScript model (.pt)");
-  app.add_option("--fsdp-unit", flags.units, "designate FSDP units by module-path PATTERN (repeatable)");
-  app.add_option("--forward-method", flags.forwardMethods, "PATTERN:METHOD, register a forward method (repeatable)");
-  app.add_option("--world-size", flags.worldSize, "shard for N ranks (default 1)");
+  for (const OptionInfo& info : pipelineOptions()) {
+    std::string flag = std::string("--") + info.name;
+    CLI::Option* option = info.repeatable
+                              ? app.add_option(flag, flags.repeated[info.name], std::string(info.help) + " (repeatable)")
+                              : app.add_option(flag, flags.single[info.name], info.help);
+    option->type_name(info.metavar);
+  }
   app.add_option("-o", flags.output, "output: a .pt file (world size 1) or a directory");
   app.add_flag("--print-ir", flags.printIr, "print the rewritten graphs to stdout");
   app.add_option("--method", flags.method, "with --print-ir*: only methods of this name");
@@ -249,12 +234,6 @@ int main(int argc, char** argv) {
   app.add_flag("--verify-each", flags.verifyEach, "run the verifier after each pass");
   app.add_flag("--remarks", flags.remarks, "one line per decision, to stderr");
   app.add_flag("--stats", flags.stats, "print counts to stdout");
-  app.add_option("--max-unsharded-bytes", flags.maxUnshardedBytes,
-                 "bound on the static peak of unsharded bytes for scheduling passes (e.g. 512MiB; default: none)");
-  app.add_option("--param-dtype", flags.paramDtype,
-                 "gather unit parameters in this dtype (bf16 or fp16); shards keep their own");
-  app.add_option("--bucket-bytes", flags.bucketBytes,
-                 "merge adjacent gathers into one collective up to this size (default 25MiB; 0 turns it off)");
   app.set_version_flag("--version", std::string("fsdp-opt ") + FSDP_OPT_VERSION + " (torch " + FSDP_OPT_TORCH_VERSION + ")");
   try {
     app.parse(argc, argv);
