@@ -3,11 +3,17 @@
 // Every method of the root is an entry method (Python or C++ may call it). Each gets, first,
 // fsdp::check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256), which
 // initialises the process group and rejects a rank file loaded on the wrong rank or mixed with
-// another run's files before the first collective. When the root itself is a unit and the method
-// is one of its forward methods, the body is wrapped in the root unit's gather and reshard, since
-// no caller graph exists to hold them.
-// Assumes: the plan is built. Guarantees: the three attributes exist on the root (the shard writer
-// sets them per rank); idempotent.
+// another run's files before the first collective. When the root itself is a unit, the body is
+// wrapped in the root unit's gather and reshard, since no caller graph exists to hold them, in
+// every method that needs it: its registered forward methods, and every other method that reads
+// a parameter of the root's group where no gather covers it (timm's `forward_features`,
+// `forward_head`, torchvision's `_process_input`). A user may call any of those from outside;
+// called from another entry method instead, the gather is nested, and nested gathers of an
+// unsharded unit cost no collective.
+// Assumes: the plan is built; insert-unit-gathers ran, so reads under a unit's call are already
+// covered and only the root's own group is left. Guarantees: the three attributes exist on the
+// root (the shard writer sets them per rank); no root method reads the root group uncovered;
+// idempotent.
 //
 //   after: graph(%self, ...):
 //            fsdp::check_rank(%rank, %world, %sha)
@@ -18,7 +24,12 @@
 #include <fsdp_opt/passes.h>
 
 #include "support/fsdp_ops.h"
+#include "support/instance_walk.h"
 #include "support/module_tree.h"
+
+#include <fsdp_opt/pattern.h>
+
+#include <map>
 
 namespace fsdp_opt {
 namespace {
@@ -35,6 +46,19 @@ void addRankAttributes(torch::jit::Module& root) {
   }
 }
 
+// Root methods that, called from outside, would read a parameter of the root unit's group while
+// no gather covers it, each with the first such parameter (for the remark).
+std::map<std::string, std::string> methodsReadingShardedRoot(const torch::jit::Module& root,
+                                                             const FsdpPlan& plan, const Unit& rootUnit) {
+  std::map<std::string, std::string> firstRead;
+  WalkObserver observer;
+  observer.onParamRead = [&](const ParamRead& read) {
+    if (read.unit == &rootUnit && !read.unsharded) firstRead.emplace(read.stack.front().method, read.paramPath);
+  };
+  walkFromEntryMethods(root, plan, GatherModel::ExplicitOps, observer);
+  return firstRead;
+}
+
 }  // namespace
 
 bool wrapEntryMethods(PassContext& context) {
@@ -44,6 +68,9 @@ bool wrapEntryMethods(PassContext& context) {
   addRankAttributes(root);
   addUnitPathAttributes(root, *plan);
   const Unit* rootUnit = plan->unitAt("");
+  // Decided for all methods before any is wrapped: the analysis sees the program as called.
+  std::map<std::string, std::string> readers;
+  if (rootUnit) readers = methodsReadingShardedRoot(root, *plan, *rootUnit);
   bool changed = false;
   for (torch::jit::Function* function : root.type()->methods()) {
     auto graph = graphOf(function);
@@ -58,13 +85,17 @@ bool wrapEntryMethods(PassContext& context) {
       auto* world = graph->insertGetAttr(self, kWorldSizeAttr);
       auto* sha = graph->insertGetAttr(self, kManifestHashAttr);
       auto* check = graph->insertNode(graph->create(ops::checkRank(), {rank, world, sha}, 0));
-      if (rootUnit && rootUnit->hasForwardMethod(function->name())) {
+      auto reader = readers.find(function->name());
+      bool registered = rootUnit && rootUnit->hasForwardMethod(function->name());
+      if (registered || reader != readers.end()) {
         torch::jit::WithInsertPoint afterCheck(check->next());
         torch::jit::Node* gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
         torch::jit::WithInsertPoint atEnd(body->return_node());
         insertUnitReshard(*graph, gather);
-        context.diagnostics().remark(kPassName, "entry method " + function->name() +
-                                                    " wrapped in the root unit's gather/reshard");
+        context.diagnostics().remark(
+            kPassName, "entry method " + function->name() + " wrapped in the root unit's gather/reshard" +
+                           (registered ? "" : " (not a forward method, but reads parameter '" + reader->second +
+                                                  "' of the root's group)"));
         context.statistics().add("call sites rewritten", 1);
       }
     }
