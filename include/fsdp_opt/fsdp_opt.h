@@ -19,6 +19,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -28,6 +29,7 @@ namespace fsdp_opt {
 struct TransformResult {
   bool ok = false;
   torch::jit::Module module;  // the rewritten clone (whole parameters; see shardForRank)
+  std::optional<FsdpPlan> plan;  // units and groups the pipeline worked with (when ok)
   std::vector<Diagnostic> diagnostics;
   std::vector<std::pair<std::string, std::string>> statistics;
 };

@@ -1,4 +1,3 @@
-#include <fsdp_opt/analysis.h>
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/output.h>
 
@@ -10,19 +9,9 @@
 namespace fsdp_opt {
 namespace {
 
-// The plan of a transformed module, recomputed from its markers-free state: units and groups
-// are found the same way as during the transform, so paths and tensors line up.
-FsdpPlan planOf(const TransformResult& result, const PipelineOptions& options) {
-  DiagnosticSink sink;
-  FsdpPlan plan;
-  if (!findUnits(result.module, options, sink, plan) || !collectParameterGroups(result.module, sink, plan)) {
-    std::string message = "cannot rebuild the FSDP plan of the transformed module";
-    for (const auto& d : sink.all()) {
-      if (d.severity == Severity::Error) message += ": " + d.message;
-    }
-    throw std::runtime_error(message);
-  }
-  return plan;
+const FsdpPlan& planOf(const TransformResult& result, const char* what) {
+  if (!result.ok || !result.plan) throw std::runtime_error(std::string("the transform failed; nothing to ") + what);
+  return *result.plan;
 }
 
 }  // namespace
@@ -41,6 +30,9 @@ TransformResult transform(const torch::jit::Module& module, const PipelineOption
     result.ok = false;
   }
   result.module = context.module();
+  if (result.ok) {
+    if (const FsdpPlan* plan = context.plan()) result.plan = *plan;
+  }
   result.diagnostics = diagnostics.all();
   result.statistics = context.statistics().entries();
   return result;
@@ -48,8 +40,7 @@ TransformResult transform(const torch::jit::Module& module, const PipelineOption
 
 void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
                  const std::string& inputDescription) {
-  if (!result.ok) throw std::runtime_error("the transform failed; nothing to write");
-  FsdpPlan plan = planOf(result, options);
+  const FsdpPlan& plan = planOf(result, "write");
   std::ostringstream serialized;
   result.module.save(serialized);
   ManifestInput input{inputDescription, sha256Hex(serialized.str()), options.worldSize};
@@ -62,12 +53,11 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
 }
 
 void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank) {
-  if (!result.ok) throw std::runtime_error("the transform failed; nothing to shard");
+  const FsdpPlan& plan = planOf(result, "shard");
   if (rank < 0 || rank >= options.worldSize) {
     throw std::runtime_error("rank " + std::to_string(rank) + " is outside world size " +
                              std::to_string(options.worldSize));
   }
-  FsdpPlan plan = planOf(result, options);
   ModuleIndex index(result.module);
   for (const auto& unit : plan.units) {
     for (const auto& param : unit.params) {
