@@ -162,4 +162,8 @@ bool bucketGathers(PassContext& context) {
   return merged > 0;
 }
 
+PassInfo bucketGathersPass() {
+  return {kPassName, "merge adjacent gathers into one collective up to --bucket-bytes", bucketGathers};
+}
+
 }  // namespace fsdp_opt

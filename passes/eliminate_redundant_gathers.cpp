@@ -95,4 +95,8 @@ bool eliminateRedundantGathers(PassContext& context) {
   return removed > 0;
 }
 
+PassInfo eliminateRedundantGathersPass() {
+  return {kPassName, "drop gathers of units already unsharded on every path", eliminateRedundantGathers};
+}
+
 }  // namespace fsdp_opt

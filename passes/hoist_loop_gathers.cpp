@@ -165,4 +165,8 @@ bool hoistLoopGathers(PassContext& context) {
   return hoisted > 0;
 }
 
+PassInfo hoistLoopGathersPass() {
+  return {kPassName, "gather loop-invariant units once per loop, within --max-unsharded-bytes", hoistLoopGathers};
+}
+
 }  // namespace fsdp_opt

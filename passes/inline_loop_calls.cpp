@@ -97,4 +97,8 @@ bool inlineLoopCalls(PassContext& context) {
   return inlined > 0;
 }
 
+PassInfo inlineLoopCallsPass() {
+  return {kPassName, "inline method calls in loop bodies that reach a gather", inlineLoopCalls};
+}
+
 }  // namespace fsdp_opt

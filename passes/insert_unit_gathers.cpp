@@ -125,4 +125,8 @@ bool insertUnitGathers(PassContext& context) {
   return rewritten > 0;
 }
 
+PassInfo insertUnitGathersPass() {
+  return {kPassName, "fsdp::all_gather/fsdp::reshard around calls of units' forward methods", insertUnitGathers};
+}
+
 }  // namespace fsdp_opt

@@ -66,4 +66,8 @@ bool lintShardedReads(PassContext& context) {
   return false;
 }
 
+PassInfo lintShardedReadsPass() {
+  return {kPassName, "warn where a non-forward method reads a unit's parameters while sharded", lintShardedReads};
+}
+
 }  // namespace fsdp_opt

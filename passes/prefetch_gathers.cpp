@@ -188,4 +188,8 @@ bool prefetchGathers(PassContext& context) {
   return split > 0;
 }
 
+PassInfo prefetchGathersPass() {
+  return {kPassName, "start the next unit's gather before the current unit's call (start/wait)", prefetchGathers};
+}
+
 }  // namespace fsdp_opt

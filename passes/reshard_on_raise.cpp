@@ -16,6 +16,11 @@
 #include "support/module_tree.h"
 
 namespace fsdp_opt {
+namespace {
+
+constexpr const char* kPassName = "reshard-on-raise";
+
+}  // namespace
 
 bool reshardOnRaise(PassContext& context) {
   int inserted = 0;
@@ -36,10 +41,14 @@ bool reshardOnRaise(PassContext& context) {
     }
   }
   if (inserted > 0) {
-    context.diagnostics().remark("reshard-on-raise", "release_all inserted before " +
+    context.diagnostics().remark(kPassName, "release_all inserted before " +
                                                          std::to_string(inserted) + " raise(s)");
   }
   return inserted > 0;
+}
+
+PassInfo reshardOnRaisePass() {
+  return {kPassName, "fsdp::release_all before every raise", reshardOnRaise};
 }
 
 }  // namespace fsdp_opt

@@ -179,4 +179,8 @@ bool specializeUnitTypes(PassContext& context) {
   return TypeSpecializer(context, *plan).run();
 }
 
+PassInfo specializeUnitTypesPass() {
+  return {kPassName, "clone class types shared by instances that need different rewrites", specializeUnitTypes};
+}
+
 }  // namespace fsdp_opt

@@ -128,4 +128,8 @@ bool verifyFsdp(PassContext& context) {
   return false;
 }
 
+PassInfo verifyFsdpPass() {
+  return {kPassName, "check gather/reshard pairing, DCE survival, no sharded reads", verifyFsdp};
+}
+
 }  // namespace fsdp_opt

@@ -104,4 +104,8 @@ bool wrapEntryMethods(PassContext& context) {
   return changed;
 }
 
+PassInfo wrapEntryMethodsPass() {
+  return {kPassName, "rank check in root methods; root unit gathered in those that read it", wrapEntryMethods};
+}
+
 }  // namespace fsdp_opt

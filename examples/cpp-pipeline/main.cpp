@@ -33,8 +33,6 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
-#include <dlfcn.h>
-
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
@@ -183,9 +181,10 @@ int64_t envInt(const char* name, int64_t fallback) {
 
 int run(const Args& args) {
   for (const auto& plugin : args.plugins) {
-    // A plugin's static PassRegistration adds its passes to the registry when it is loaded.
-    if (!dlopen(plugin.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
-      std::cerr << "error: cannot load pass plugin '" << plugin << "': " << dlerror() << "\n";
+    // The plugin's fsdp_opt_register_passes() adds its passes to the registry.
+    std::string error = fsdp_opt::loadPassPlugin(plugin);
+    if (!error.empty()) {
+      std::cerr << "error: " << error << "\n";
       return 1;
     }
   }

@@ -74,10 +74,19 @@ class PassRegistry {
   std::vector<std::string> duplicates_;
 };
 
-// For plugins: a namespace-scope PassRegistration adds a pass when the library is loaded.
-struct PassRegistration {
-  PassRegistration(std::string name, std::string summary, PassFunction run);
-};
+// A pass plugin is a shared library that exports this function; loadPassPlugin calls it once
+// with the global registry. Registration is explicit: nothing runs when the library is merely
+// mapped, and a library that is not a plugin is refused instead of silently adding nothing.
+//   extern "C" void fsdp_opt_register_passes(fsdp_opt::PassRegistry& registry) {
+//     registry.add({"my-pass", "one-line summary", myPass});
+//   }
+constexpr const char* kPluginEntryPoint = "fsdp_opt_register_passes";
+using PluginEntryPoint = void (*)(PassRegistry&);
+
+// Loads a pass plugin (dlopen) and calls its entry point; loading one path again does nothing.
+// Returns "" or one line naming the library and the cause. fsdp-opt's --load-pass-plugin,
+// fsdp_opt.load_plugin() in Python and C++ programs all load plugins through it.
+std::string loadPassPlugin(const std::string& path);
 
 // Registers the built-in passes (idempotent). fsdp-opt and the plugin API both call it.
 void registerAllPasses();

@@ -1,6 +1,8 @@
 // Entry points of the fsdp-opt passes, one per file in passes/. Each returns whether it changed
-// the module and reports through the context's DiagnosticSink. registerAllPasses() registers
-// them under the names given here; defaultPipeline() orders them.
+// the module and reports through the context's DiagnosticSink. Each file also gives its
+// catalogue entry (`...Pass()`: the flag, the one-line summary --list-passes prints, the entry
+// point), so a pass's name and summary are written once, beside it; registerAllPasses() adds
+// those entries and defaultPipeline() orders them.
 #pragma once
 
 #include <fsdp_opt/pass_manager.h>
@@ -9,39 +11,50 @@ namespace fsdp_opt {
 
 // specialize-unit-types: gives instances that need different rewrites their own class types.
 bool specializeUnitTypes(PassContext& context);
+PassInfo specializeUnitTypesPass();
 
 // lint-sharded-reads: warns where a method that is not a forward method reads a unit's
 // parameters while eager FSDP would have them sharded, with the flag that fixes it.
 bool lintShardedReads(PassContext& context);
+PassInfo lintShardedReadsPass();
 
 // insert-unit-gathers: fsdp::all_gather / fsdp::reshard around every call of a unit's forward
 // method, in the caller's graph, at any block depth.
 bool insertUnitGathers(PassContext& context);
+PassInfo insertUnitGathersPass();
 
 // wrap-entry-methods: rank check in every root method; gather/reshard of the root unit inside
-// the body of its forward methods.
+// the body of each root method that reads the root's group (its forward methods among them).
 bool wrapEntryMethods(PassContext& context);
+PassInfo wrapEntryMethodsPass();
 
 // inline-loop-calls: inlines, into loop bodies, method calls that reach an fsdp::all_gather.
 bool inlineLoopCalls(PassContext& context);
+PassInfo inlineLoopCallsPass();
 
 // eliminate-redundant-gathers: removes gathers of units already unsharded at that point.
 bool eliminateRedundantGathers(PassContext& context);
+PassInfo eliminateRedundantGathersPass();
 
 // hoist-loop-gathers: moves loop-invariant gathers out of loops within --max-unsharded-bytes.
 bool hoistLoopGathers(PassContext& context);
+PassInfo hoistLoopGathersPass();
 
 // bucket-gathers: merges adjacent gathers (and reshards) into one collective up to --bucket-bytes.
 bool bucketGathers(PassContext& context);
+PassInfo bucketGathersPass();
 
 // prefetch-gathers: splits sequential gathers into start/wait so the next unit's collective
 // overlaps the current unit's call, within --max-unsharded-bytes.
 bool prefetchGathers(PassContext& context);
+PassInfo prefetchGathersPass();
 
 // reshard-on-raise: fsdp::release_all before every prim::RaiseException.
 bool reshardOnRaise(PassContext& context);
+PassInfo reshardOnRaisePass();
 
 // verify-fsdp: the invariants of SPEC section 5.
 bool verifyFsdp(PassContext& context);
+PassInfo verifyFsdpPass();
 
 }  // namespace fsdp_opt

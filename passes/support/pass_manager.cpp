@@ -1,10 +1,15 @@
 #include <fsdp_opt/analysis.h>
 #include <fsdp_opt/pass_manager.h>
+#include <fsdp_opt/passes.h>
 #include <fsdp_opt/pattern.h>
+
+#include <dlfcn.h>
 
 #include "module_tree.h"
 
 #include <algorithm>
+#include <mutex>
+#include <set>
 #include <sstream>
 
 namespace fsdp_opt {
@@ -73,8 +78,22 @@ std::vector<const PassInfo*> PassRegistry::list() const {
   return sorted;
 }
 
-PassRegistration::PassRegistration(std::string name, std::string summary, PassFunction run) {
-  PassRegistry::global().add({std::move(name), std::move(summary), std::move(run)});
+std::string loadPassPlugin(const std::string& path) {
+  static std::mutex mutex;
+  static std::set<void*> registered;
+  std::lock_guard<std::mutex> lock(mutex);
+  void* library = dlopen(path.c_str(), RTLD_NOW | RTLD_GLOBAL);
+  if (!library) return "cannot load pass plugin '" + path + "': " + dlerror();
+  if (registered.count(library)) return "";
+  auto entry = reinterpret_cast<PluginEntryPoint>(dlsym(library, kPluginEntryPoint));
+  if (!entry) {
+    dlclose(library);
+    return "'" + path + "' is not a pass plugin: it does not export " + kPluginEntryPoint + "()";
+  }
+  registerAllPasses();  // built-ins first: a plugin reusing their names is the duplicate
+  entry(PassRegistry::global());
+  registered.insert(library);
+  return "";
 }
 
 bool runPipeline(PassContext& context, const std::vector<std::string>& passNames,
@@ -99,7 +118,7 @@ bool runPipeline(PassContext& context, const std::vector<std::string>& passNames
     }
     passes.push_back(pass);
   }
-  const PassInfo* verifier = registry.find("verify-fsdp");
+  const PassInfo* verifier = registry.find(verifyFsdpPass().name);
   for (const PassInfo* pass : passes) {
     pass->run(context);
     if (context.diagnostics().hasErrors()) return false;

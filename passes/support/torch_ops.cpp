@@ -61,6 +61,11 @@ std::vector<std::string> listPassesOp() {
 
 std::vector<std::string> defaultPipelineOp() { return defaultPipeline(); }
 
+void loadPluginOp(std::string path) {
+  std::string error = loadPassPlugin(path);
+  TORCH_CHECK(error.empty(), error);
+}
+
 }  // namespace
 
 TORCH_LIBRARY(fsdp_opt, m) {
@@ -69,6 +74,7 @@ TORCH_LIBRARY(fsdp_opt, m) {
   m.def("save(Any module, str[] options, str output, str[] passes) -> str[]", saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
   m.def("default_pipeline() -> str[]", defaultPipelineOp);
+  m.def("load_plugin(str path) -> ()", loadPluginOp);
 }
 
 }  // namespace fsdp_opt

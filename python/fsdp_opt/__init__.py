@@ -57,7 +57,6 @@ class FsdpOptWarning(UserWarning):
 # ---- libraries -----------------------------------------------------------------------------
 
 _loaded_dir: Optional[str] = None
-_loaded_plugins: List[str] = []
 
 
 def _candidate_dirs() -> List[Tuple[str, str]]:
@@ -117,19 +116,17 @@ def load(path: Optional[str] = None) -> str:
 
 
 def load_plugin(path: str) -> None:
-    """Loads a pass plugin (a shared library whose static fsdp_opt::PassRegistration objects
-    add passes); its passes can then be named in `passes=`."""
+    """Loads a pass plugin: a shared library exporting fsdp_opt_register_passes() (docs/plugin.md),
+    which is called once to add its passes; they can then be named in `passes=`. Loading the
+    same library again does nothing."""
     load()
     path = os.path.abspath(path)
-    if path in _loaded_plugins:
-        return
     if not os.path.isfile(path):
         raise FsdpOptError("cannot load pass plugin '%s': no such file" % path)
     try:
-        torch.ops.load_library(path)
-    except OSError as e:
-        raise FsdpOptError("cannot load pass plugin '%s': %s" % (path, e)) from None
-    _loaded_plugins.append(path)
+        torch.ops.fsdp_opt.load_plugin(path)
+    except RuntimeError as e:
+        raise FsdpOptError(_message(e)) from None
 
 
 def default_pipeline() -> List[str]:

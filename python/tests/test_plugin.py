@@ -25,6 +25,13 @@ def test_missing_plugin_is_an_error(fsdp_opt, tmp_path):
         fsdp_opt.load_plugin(str(tmp_path / "missing.so"))
 
 
+def test_a_library_without_the_entry_point_is_no_plugin(fsdp_opt):
+    runtime = os.path.join(fsdp_opt.lib_dir(), "libfsdp_runtime.so")
+    with pytest.raises(fsdp_opt.FsdpOptError,
+                       match="libfsdp_runtime.so' is not a pass plugin: it does not export fsdp_opt_register_passes"):
+        fsdp_opt.load_plugin(runtime)
+
+
 @pytest.mark.skipif(not PLUGIN, reason="FSDP_OPT_TEST_PLUGIN (libfsdp_test_plugin.so) not set")
 def test_pass_registered_twice_is_refused_in_process(tmp_path):
     # Two copies of one plugin register `count-gathers` twice. The CLI refuses that; the

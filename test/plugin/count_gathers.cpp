@@ -3,9 +3,9 @@
 // anywhere in a pipeline: `fsdp-opt --load-pass-plugin=libfsdp_test_plugin.so
 // --passes=...,insert-unit-gathers,count-gathers --remarks`.
 //
-// The namespace-scope PassRegistration below runs when the library is loaded (dlopen by
-// fsdp-opt, torch.ops.load_library in Python, or linking it into a C++ program), and adds the
-// pass to the registry that libfsdp_passes.so holds.
+// fsdp_opt::loadPassPlugin (fsdp-opt's --load-pass-plugin, fsdp_opt.load_plugin in Python, or a
+// C++ program) calls the exported fsdp_opt_register_passes below once, with the registry that
+// libfsdp_passes.so holds.
 #include <fsdp_opt/pass_manager.h>
 
 #include <torch/csrc/jit/api/function_impl.h>
@@ -45,8 +45,8 @@ bool countGathers(fsdp_opt::PassContext& context) {
   return false;  // reads only
 }
 
-// Registered when the library is loaded.
-fsdp_opt::PassRegistration registerCountGathers(
-    "count-gathers", "(test plugin) remark with the number of fsdp::all_gather nodes", countGathers);
-
 }  // namespace
+
+extern "C" void fsdp_opt_register_passes(fsdp_opt::PassRegistry& registry) {
+  registry.add({"count-gathers", "(test plugin) remark with the number of fsdp::all_gather nodes", countGathers});
+}

@@ -1,5 +1,5 @@
 # --load-pass-plugin with a real plugin: libfsdp_test_plugin.so (test/plugin/count_gathers.cpp),
-# whose namespace-scope PassRegistration adds `count-gathers` when fsdp-opt dlopens it.
+# whose fsdp_opt_register_passes() adds `count-gathers` when fsdp-opt loads it.
 #
 # --list-passes shows the plugin's pass among the built-in ones (sorted); without the plugin it
 # is not there.

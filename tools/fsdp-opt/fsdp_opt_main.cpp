@@ -11,8 +11,6 @@
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
 
-#include <dlfcn.h>
-
 #include <algorithm>
 #include <filesystem>
 #include <iostream>
@@ -105,9 +103,8 @@ void printStatistics(PassContext& context, const FsdpPlan& plan, int64_t worldSi
 int run(const Flags& flags) {
   registerAllPasses();
   for (const auto& plugin : flags.plugins) {
-    if (!dlopen(plugin.c_str(), RTLD_NOW | RTLD_GLOBAL)) {
-      return fail("cannot load pass plugin '" + plugin + "': " + dlerror());
-    }
+    std::string error = loadPassPlugin(plugin);
+    if (!error.empty()) return fail(error);
   }
   if (!PassRegistry::global().duplicates().empty()) {
     return fail("pass '" + PassRegistry::global().duplicates().front() + "' is registered twice");
