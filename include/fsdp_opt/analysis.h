@@ -7,6 +7,10 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <string>
+#include <utility>
+#include <vector>
+
 namespace fsdp_opt {
 
 // Units from --fsdp-unit patterns and `_fsdp_unit` markers; forward methods from
@@ -20,5 +24,13 @@ bool findUnits(const torch::jit::Module& root, const PipelineOptions& options,
 // their slots (SPEC section 2). Error when no unit holds all slots of a tie that some unit owns.
 bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diagnostics,
                             FsdpPlan& plan);
+
+// The counts `--stats` prints and TransformResult::statistics holds, in this order: units,
+// sharded parameters, world size, sharded and replicated bytes per rank, the passes' own counts
+// (`passStatistics`), then "gathers per call of M" for every root method M: the collectives one
+// call issues as the rewritten IR says (a gather inside a loop counted once, and said so).
+std::vector<std::pair<std::string, std::string>> transformStatistics(
+    const torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+    const std::vector<std::pair<std::string, std::string>>& passStatistics);
 
 }  // namespace fsdp_opt

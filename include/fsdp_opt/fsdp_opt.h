@@ -31,19 +31,38 @@ struct TransformResult {
   torch::jit::Module module;  // the rewritten clone (whole parameters; see shardForRank)
   std::optional<FsdpPlan> plan;  // units and groups the pipeline worked with (when ok)
   std::vector<Diagnostic> diagnostics;
+  // What `fsdp-opt --stats` prints (analysis.h, transformStatistics), when ok.
   std::vector<std::pair<std::string, std::string>> statistics;
 };
 
-// Runs `pipeline` (default: defaultPipeline()) on a clone of `module`. Built-in passes are
-// registered on first use; passes of loaded plugins are found by name as well.
-TransformResult transform(const torch::jit::Module& module, const PipelineOptions& options,
-                          std::vector<std::string> pipeline = {});
+// What transform() rewrites.
+enum class InputModule {
+  // A clone that shares the tensors but has its own types and methods: the caller's module, and
+  // TorchScript's executor caches of it, never see the rewritten graphs. The clone's class
+  // names carry TorchScript's `___torch_mangle_N` components.
+  Keep,
+  // The module itself, for a caller that loaded it only to transform it (fsdp-opt): class
+  // names stay as the model spelled them.
+  Consume,
+};
 
-// Writes the result of a transform like `fsdp-opt -o`: DIR/rank{r}.pt and manifest.json for
-// options.worldSize > 1, one .pt file otherwise. `inputDescription` goes into the manifest's
-// input path (its sha256 is of the module as serialised in memory).
+// Runs `pipeline` (default: defaultPipeline()) on `module` (a clone unless `input` says
+// otherwise). Built-in passes are registered on first use; passes of loaded plugins are found
+// by name as well.
+TransformResult transform(const torch::jit::Module& module, const PipelineOptions& options,
+                          std::vector<std::string> pipeline = {}, const PipelineHooks& hooks = {},
+                          InputModule input = InputModule::Keep);
+
+// Where the transformed module came from, for the manifest (SPEC section 6).
+struct ModuleSource {
+  std::string path = "<in-memory module>";
+  std::string sha256;  // of the input file; empty: of the module as serialised in memory
+};
+
+// Writes the result of a transform as `fsdp-opt -o` does (fsdp-opt calls it): DIR/rank{r}.pt
+// and manifest.json for options.worldSize > 1, one .pt file otherwise.
 void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
-                 const std::string& inputDescription = "<in-memory module>");
+                 const ModuleSource& source = {});
 
 // In-process sharding without files: replaces the parameters of every unit group in
 // `result.module` by rank `rank`'s shards, and sets the rank attributes, as the rank file

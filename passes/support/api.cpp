@@ -1,3 +1,4 @@
+#include <fsdp_opt/analysis.h>
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/output.h>
 
@@ -17,33 +18,45 @@ const FsdpPlan& planOf(const TransformResult& result, const char* what) {
 }  // namespace
 
 TransformResult transform(const torch::jit::Module& module, const PipelineOptions& options,
-                          std::vector<std::string> pipeline) {
+                          std::vector<std::string> pipeline, const PipelineHooks& hooks, InputModule input) {
   registerAllPasses();
   if (pipeline.empty()) pipeline = defaultPipeline();
   TransformResult result;
   DiagnosticSink diagnostics;
-  PassContext context(module.clone(/*inplace=*/true), options, diagnostics);
+  PassContext context(input == InputModule::Keep ? module.clone(/*inplace=*/true) : module, options, diagnostics);
   try {
-    result.ok = runPipeline(context, pipeline) && !diagnostics.hasErrors();
+    result.ok = runPipeline(context, pipeline, hooks) && !diagnostics.hasErrors();
   } catch (const std::exception& e) {
-    diagnostics.error("pipeline", std::string("internal error: ") + e.what());
+    std::string what = e.what();
+    diagnostics.error("pipeline", "internal error while running the pipeline: " + what.substr(0, what.find('\n')));
     result.ok = false;
   }
   result.module = context.module();
   if (result.ok) {
-    if (const FsdpPlan* plan = context.plan()) result.plan = *plan;
+    const FsdpPlan* plan = context.plan();
+    if (!plan) {
+      diagnostics.error("pipeline", "no FSDP plan could be built");
+      result.ok = false;
+    } else {
+      result.plan = *plan;
+      result.statistics = transformStatistics(result.module, *plan, options.worldSize,
+                                              context.statistics().entries());
+    }
   }
   result.diagnostics = diagnostics.all();
-  result.statistics = context.statistics().entries();
   return result;
 }
 
 void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
-                 const std::string& inputDescription) {
+                 const ModuleSource& source) {
   const FsdpPlan& plan = planOf(result, "write");
-  std::ostringstream serialized;
-  result.module.save(serialized);
-  ManifestInput input{inputDescription, sha256Hex(serialized.str()), options.worldSize};
+  std::string sha256 = source.sha256;
+  if (sha256.empty()) {
+    std::ostringstream serialized;
+    result.module.save(serialized);
+    sha256 = sha256Hex(serialized.str());
+  }
+  ManifestInput input{source.path, sha256, options.worldSize};
   std::string manifest = buildManifest(result.module, plan, input);
   if (options.worldSize == 1) {
     writeSingleFile(result.module, sha256Hex(manifest), output);

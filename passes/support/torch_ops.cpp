@@ -34,22 +34,29 @@ std::vector<std::string> checkedDiagnostics(const TransformResult& result) {
   return lines;
 }
 
-std::tuple<c10::IValue, std::vector<std::string>> transformOp(
+// --stats' lines, "name: value".
+std::vector<std::string> statisticsLines(const TransformResult& result) {
+  std::vector<std::string> lines;
+  for (const auto& [name, value] : result.statistics) lines.push_back(name + ": " + value);
+  return lines;
+}
+
+std::tuple<c10::IValue, std::vector<std::string>, std::vector<std::string>> transformOp(
     c10::IValue module, std::vector<std::string> optionItems, int64_t rank, std::vector<std::string> passes) {
   PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   if (rank >= 0) shardForRank(result, options, rank);
-  return {result.module._ivalue(), lines};
+  return {result.module._ivalue(), lines, statisticsLines(result)};
 }
 
-std::vector<std::string> saveOp(c10::IValue module, std::vector<std::string> optionItems,
-                                std::string output, std::vector<std::string> passes) {
+std::tuple<std::vector<std::string>, std::vector<std::string>> saveOp(
+    c10::IValue module, std::vector<std::string> optionItems, std::string output, std::vector<std::string> passes) {
   PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
   writeOutput(result, options, output);
-  return lines;
+  return {lines, statisticsLines(result)};
 }
 
 std::vector<std::string> listPassesOp() {
@@ -70,8 +77,9 @@ void loadPluginOp(std::string path) {
 
 TORCH_LIBRARY(fsdp_opt, m) {
   // `options`: "--name=value" items, the flags of fsdp-opt (include/fsdp_opt/options.h).
-  m.def("transform(Any module, str[] options, int rank, str[] passes) -> (Any, str[])", transformOp);
-  m.def("save(Any module, str[] options, str output, str[] passes) -> str[]", saveOp);
+  // Both return the diagnostics' lines (warnings, remarks) and the statistics' ("name: value").
+  m.def("transform(Any module, str[] options, int rank, str[] passes) -> (Any, str[], str[])", transformOp);
+  m.def("save(Any module, str[] options, str output, str[] passes) -> (str[], str[])", saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
   m.def("default_pipeline() -> str[]", defaultPipelineOp);
   m.def("load_plugin(str path) -> ()", loadPluginOp);

@@ -304,12 +304,15 @@ def _dtype_name(dtype) -> str:
     return names[dtype]
 
 
-def _report(lines: Sequence[str], diagnostics: Optional[list]) -> None:
+def _report(lines: Sequence[str], diagnostics: Optional[list], counts: Sequence[str],
+            statistics: Optional[dict]) -> None:
     for line in lines:
         if line.startswith("warning: "):
             warnings.warn(line[len("warning: "):], FsdpOptWarning, stacklevel=3)
     if diagnostics is not None:
         diagnostics.extend(lines)
+    if statistics is not None:
+        statistics.update(line.split(": ", 1) for line in counts)
 
 
 def transform(script_module: torch.jit.ScriptModule,
@@ -324,7 +327,8 @@ def transform(script_module: torch.jit.ScriptModule,
               diagnostics: Optional[list] = None,
               *,
               unit_types: Optional[Iterable[str]] = None,
-              min_unit_params: Optional[int] = None) -> torch.jit.ScriptModule:
+              min_unit_params: Optional[int] = None,
+              statistics: Optional[dict] = None) -> torch.jit.ScriptModule:
     """Runs fsdp-opt's pipeline in this process and returns the rewritten ScriptModule; the
     input is left as it was (the result shares its parameter tensors until sharded).
 
@@ -346,6 +350,8 @@ def transform(script_module: torch.jit.ScriptModule,
                       where the libraries support it.
     diagnostics:      a list that receives the remark and warning lines. Warnings are also
                       issued as FsdpOptWarning.
+    statistics:       a dict that receives what `fsdp-opt --stats` prints, name -> value text
+                      ("units": "3", "gathers per call of forward": "3", ...).
 
     Errors (a pattern matching no module, an unknown pass, a failed verification...) raise
     FsdpOptError with fsdp-opt's error text."""
@@ -357,10 +363,10 @@ def transform(script_module: torch.jit.ScriptModule,
     elif not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
         raise ValueError("rank must be None or an int in [0, %d), got %r" % (world_size, rank))
     try:
-        module, lines = torch.ops.fsdp_opt.transform(script_module._c, options, rank, _passes(passes))
+        module, lines, counts = torch.ops.fsdp_opt.transform(script_module._c, options, rank, _passes(passes))
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
-    _report(lines, diagnostics)
+    _report(lines, diagnostics, counts, statistics)
     return torch.jit._recursive.wrap_cpp_module(module)
 
 
@@ -376,7 +382,8 @@ def shard(script_module: torch.jit.ScriptModule,
           diagnostics: Optional[list] = None,
           *,
           unit_types: Optional[Iterable[str]] = None,
-          min_unit_params: Optional[int] = None) -> List[str]:
+          min_unit_params: Optional[int] = None,
+          statistics: Optional[dict] = None) -> List[str]:
     """Runs the pipeline and writes what `fsdp-opt -o OUTPUT` writes: for world_size > 1 the
     directory OUTPUT with rank{r}.pt and manifest.json, otherwise the file OUTPUT. Returns the
     paths of the rank files (torch.jit.load them after fsdp_opt.load()). Arguments and errors
@@ -386,10 +393,10 @@ def shard(script_module: torch.jit.ScriptModule,
                        max_unsharded_bytes, bucket_bytes, param_dtype)
     output = os.fspath(output)
     try:
-        lines = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes))
+        lines, counts = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes))
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
-    _report(lines, diagnostics)
+    _report(lines, diagnostics, counts, statistics)
     if world_size == 1:
         return [output]
     return [os.path.join(output, "rank%d.pt" % r) for r in range(world_size)]

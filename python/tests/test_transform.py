@@ -32,6 +32,26 @@ def test_stats_count_the_collectives(fsdp_opt, gpt):
     assert fsdp_opt.stats()["all_gathers"] == 0
 
 
+def test_statistics_are_the_command_lines(fsdp_opt, gpt, tmp_path):
+    # One source for the counts: what transform() reports is what `fsdp-opt --stats` prints.
+    import subprocess
+    model, _ = gpt
+    scripted = torch.jit.script(model)
+    stats = {}
+    fsdp_opt.transform(scripted, units=["blocks.*", "."], forward_methods=[".:generate"], world_size=2,
+                       statistics=stats)
+    path = str(tmp_path / "gpt.pt")
+    scripted.save(path)
+    tool = os.path.join(os.path.dirname(fsdp_opt.lib_dir()), "bin", "fsdp-opt")
+    out = subprocess.run([tool, path, "--fsdp-unit=blocks.*", "--fsdp-unit=.", "--forward-method=.:generate",
+                          "--world-size=2", "--stats"], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    printed = dict(line.strip().split(": ", 1) for line in out.stdout.splitlines()[1:])
+    assert stats == printed
+    assert stats["units"] == "3" and stats["gathers per call of forward"] == "3", stats
+    assert stats["gathers per call of generate"].startswith("1"), stats
+
+
 def test_named_pipeline(fsdp_opt, gpt):
     model, x = gpt
     scripted = torch.jit.script(model)

@@ -1,12 +1,11 @@
 // fsdp-opt: the `opt` of fsdp-opt. Parses flags, builds the pipeline, runs it, writes the output,
 // and maps the outcome to an exit code (0 ok, 1 bad input or failed pass, 2 bad usage).
 #include <fsdp_opt/diagnostics.h>
+#include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/output.h>
 #include <fsdp_opt/pass_manager.h>
 #include <fsdp_opt/passes.h>
 #include <fsdp_opt/pattern.h>
-
-#include "../../passes/support/instance_walk.h"
 
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
@@ -58,46 +57,6 @@ std::vector<std::string> splitCommas(const std::string& text) {
     if (!part.empty()) parts.push_back(part);
   }
   return parts;
-}
-
-void printStatistics(PassContext& context, const FsdpPlan& plan, int64_t worldSize) {
-  int64_t params = 0, shardedBytes = 0, fullBytes = 0;
-  for (const auto& unit : plan.units) {
-    for (const auto& param : unit.params) {
-      ++params;
-      fullBytes += param.bytes();
-      int64_t rowBytes = param.rows() > 0 ? param.bytes() / param.rows() : 0;
-      shardedBytes += shardRows(param.rows(), worldSize) * rowBytes;
-    }
-  }
-  int64_t allBytes = 0;
-  std::set<c10::TensorImpl*> counted;  // a tied parameter is one tensor in several slots
-  for (const auto& item : context.module().named_parameters(/*recurse=*/true)) {
-    if (!counted.insert(item.value.unsafeGetTensorImpl()).second) continue;
-    allBytes += static_cast<int64_t>(item.value.numel() * item.value.element_size());
-  }
-  std::cout << "stats:\n";
-  std::cout << "  units: " << plan.units.size() << "\n";
-  std::cout << "  sharded parameters: " << params << "\n";
-  std::cout << "  world size: " << worldSize << "\n";
-  std::cout << "  sharded bytes per rank: " << shardedBytes << " (of " << fullBytes << ")\n";
-  std::cout << "  replicated bytes per rank: " << (allBytes - fullBytes) << "\n";
-  for (const auto& [name, value] : context.statistics().entries()) {
-    std::cout << "  " << name << ": " << value << "\n";
-  }
-  for (torch::jit::Function* function : context.module().type()->methods()) {
-    int collectives = 0, inLoops = 0;
-    WalkObserver observer;
-    observer.onGather = [&](const GatherVisit& visit) {  // one collective per gather op
-      if (!visit.issuesCollective) return;
-      ++collectives;
-      if (visit.loopDepth > 0) ++inLoops;
-    };
-    walkFromEntryMethods(context.module(), plan, GatherModel::ExplicitOps, observer, function->name());
-    std::cout << "  gathers per call of " << function->name() << ": " << collectives;
-    if (inLoops > 0) std::cout << " (" << inLoops << " inside loops, once per iteration)";
-    std::cout << "\n";
-  }
 }
 
 int run(const Flags& flags) {
@@ -155,22 +114,15 @@ int run(const Flags& flags) {
     return fail("cannot load '" + flags.input + "' as a TorchScript module: " + firstLine(e.what()));
   }
 
-  DiagnosticSink diagnostics;
-  PassContext context(module, options, diagnostics);
   PipelineHooks hooks;
   hooks.afterPass = [&](const std::string& pass, torch::jit::Module& current) {
     if (options.printIrAfterAll || options.printIrAfter.count(pass)) {
       std::cerr << "// *** IR after " << pass << " ***\n" << printModuleIR(current, flags.method);
     }
   };
-  bool ok = false;
-  try {
-    ok = runPipeline(context, pipeline, hooks);
-  } catch (const std::exception& e) {
-    diagnostics.error("pipeline", "internal error while running the pipeline: " + firstLine(e.what()));
-  }
+  TransformResult result = transform(module, options, pipeline, hooks, InputModule::Consume);
   bool errorShown = false;
-  for (const auto& diagnostic : diagnostics.all()) {
+  for (const auto& diagnostic : result.diagnostics) {
     if (diagnostic.severity == Severity::Remark && !flags.remarks) continue;
     if (diagnostic.severity == Severity::Error) {
       std::cerr << (errorShown ? "note: " + diagnostic.message : formatDiagnostic(diagnostic)) << "\n";
@@ -179,27 +131,21 @@ int run(const Flags& flags) {
       std::cerr << formatDiagnostic(diagnostic) << "\n";
     }
   }
-  if (!ok || diagnostics.hasErrors()) return 1;
+  if (!result.ok) return 1;
 
-  const FsdpPlan* plan = context.plan();
-  if (!plan) return fail("no FSDP plan could be built");
-  if (!flags.method.empty() && !context.module().find_method(flags.method)) {
+  if (!flags.method.empty() && !result.module.find_method(flags.method)) {
     bool anywhere = false;
-    for (const auto& item : context.module().named_modules()) anywhere = anywhere || item.value.find_method(flags.method);
+    for (const auto& item : result.module.named_modules()) anywhere = anywhere || item.value.find_method(flags.method);
     if (!anywhere) return fail("--method: no module has a method '" + flags.method + "'");
   }
-  if (flags.printIr) std::cout << printModuleIR(context.module(), flags.method);
-  if (flags.stats) printStatistics(context, *plan, options.worldSize);
-
+  if (flags.printIr) std::cout << printModuleIR(result.module, flags.method);
+  if (flags.stats) {
+    std::cout << "stats:\n";
+    for (const auto& [name, value] : result.statistics) std::cout << "  " << name << ": " << value << "\n";
+  }
   if (!flags.output.empty()) {
     try {
-      ManifestInput input{flags.input, inputSha256, options.worldSize};
-      std::string manifest = buildManifest(context.module(), *plan, input);
-      if (options.worldSize == 1) {
-        writeSingleFile(context.module(), sha256Hex(manifest), flags.output);
-      } else {
-        writeShardedDirectory(context.module(), *plan, options.worldSize, manifest, flags.output);
-      }
+      writeOutput(result, options, flags.output, {flags.input, inputSha256});
     } catch (const std::exception& e) {
       return fail("cannot write '" + flags.output + "': " + firstLine(e.what()));
     }

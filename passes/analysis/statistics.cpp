@@ -1,0 +1,61 @@
+// Analysis: the statistics of a finished transform, for --stats, the C++ API and Python alike.
+// Gathers per call come from the same instance walk the verifier uses, over the rewritten IR:
+// what a call really issues, not what the passes meant to leave.
+#include <fsdp_opt/analysis.h>
+
+#include "../support/instance_walk.h"
+
+#include <map>
+#include <set>
+
+namespace fsdp_opt {
+
+std::vector<std::pair<std::string, std::string>> transformStatistics(
+    const torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+    const std::vector<std::pair<std::string, std::string>>& passStatistics) {
+  int64_t params = 0, shardedBytes = 0, fullBytes = 0;
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) {
+      ++params;
+      fullBytes += param.bytes();
+      int64_t rowBytes = param.rows() > 0 ? param.bytes() / param.rows() : 0;
+      shardedBytes += shardRows(param.rows(), worldSize) * rowBytes;
+    }
+  }
+  int64_t allBytes = 0;
+  std::set<c10::TensorImpl*> counted;  // a tied parameter is one tensor in several slots
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    if (!counted.insert(item.value.unsafeGetTensorImpl()).second) continue;
+    allBytes += static_cast<int64_t>(item.value.numel() * item.value.element_size());
+  }
+  std::vector<std::pair<std::string, std::string>> entries = {
+      {"units", std::to_string(plan.units.size())},
+      {"sharded parameters", std::to_string(params)},
+      {"world size", std::to_string(worldSize)},
+      {"sharded bytes per rank", std::to_string(shardedBytes) + " (of " + std::to_string(fullBytes) + ")"},
+      {"replicated bytes per rank", std::to_string(allBytes - fullBytes)},
+  };
+  entries.insert(entries.end(), passStatistics.begin(), passStatistics.end());
+
+  struct Calls {
+    int collectives = 0, inLoops = 0;
+  };
+  std::map<std::string, Calls> perMethod;
+  WalkObserver observer;
+  observer.onGather = [&](const GatherVisit& visit) {  // one collective per gather op
+    if (!visit.issuesCollective) return;
+    Calls& calls = perMethod[visit.stack.front().method];
+    ++calls.collectives;
+    if (visit.loopDepth > 0) ++calls.inLoops;
+  };
+  walkFromEntryMethods(module, plan, GatherModel::ExplicitOps, observer);
+  for (torch::jit::Function* function : module.type()->methods()) {
+    const Calls& calls = perMethod[function->name()];
+    std::string value = std::to_string(calls.collectives);
+    if (calls.inLoops > 0) value += " (" + std::to_string(calls.inLoops) + " inside loops, once per iteration)";
+    entries.emplace_back("gathers per call of " + function->name(), value);
+  }
+  return entries;
+}
+
+}  // namespace fsdp_opt
