@@ -59,6 +59,7 @@ struct Group {
   bool swapped = false;  // false at world size 1 without a cast: the shard is the full tensor
   std::string unit;
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
+  std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (unshard.h)
 };
 
 // One issued unshard whose groups are not swapped in yet.
@@ -351,9 +352,11 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
     reg.stats.unsharded_bytes -= f.bytes;
     TORCH_CHECK(false, ctx, ": swapping in the gathered storage failed: ", describeException(e));
   }
+  const std::shared_ptr<NestedGatherHook> hook = f.pending->nestedGatherHook();
   for (const auto& g : f.groups) {
     g->refcount = 0;
     g->gatherId = f.gatherId;
+    g->nestedHook = hook;
     for (const at::Tensor& p : g->params) reg.byImpl[p.unsafeGetTensorImpl()] = g;
     reg.byShard[g->key] = g;
   }
@@ -389,6 +392,11 @@ void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
                   std::optional<at::ScalarType> paramDtype, const std::string& ctx) {
   const GroupInfo group = ensureGroup();
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
+  // Before anything changes, so a failure here leaves every count as it was: the caller may be
+  // on another stream than the gather that unsharded these groups.
+  for (const auto& g : c.known) {
+    if (g->nestedHook && g->swapped) g->nestedHook->orderCurrentStream(g->params.front());
+  }
   std::vector<std::shared_ptr<Group>> counted = c.known;
   if (!c.fresh.empty()) {
     std::unique_ptr<InFlight> f = issue(reg, c.fresh, ctx, group);

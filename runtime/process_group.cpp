@@ -15,7 +15,13 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include "communicator_id.h"
+#include "device_mapping.h"
 #include "fsdp_opt/runtime.h"
+
+#ifdef FSDP_OPT_WITH_CUDA
+#include <c10/cuda/CUDAFunctions.h>
+#endif
 
 namespace fsdp_opt {
 namespace runtime {
@@ -63,6 +69,7 @@ struct GroupState {
   std::shared_ptr<CollectiveBackend> cpuBackend;
   std::shared_ptr<CollectiveBackend> cudaBackend;  // NCCL, on device cudaDevice
   int cudaDevice = -1;
+  std::string cudaDeviceOrigin;  // why cudaDevice, for messages ("LOCAL_RANK=1", ...)
   bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
@@ -117,6 +124,7 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
   st.cpuBackend.reset();
   st.cudaBackend.reset();
   st.cudaDevice = -1;
+  st.cudaDeviceOrigin.clear();
   st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
@@ -172,6 +180,22 @@ std::string gatherHostname(const std::string& masterAddr) {
   return "127.0.0.1";
 }
 
+#ifdef FSDP_OPT_WITH_CUDA
+// What chooses this rank's CUDA device. LOCAL_RANK and LOCAL_WORLD_SIZE count only when the
+// group came from torchrun's environment; an explicit init names no local rank.
+CudaDeviceEnv cudaDeviceEnvLocked(const GroupState& st) {
+  CudaDeviceEnv env;
+  if (const char* v = getenvOrNull("FSDP_OPT_CUDA_DEVICE")) env.override = v;
+  if (st.localRankFromEnv) {
+    env.localRank = st.info.localRank;
+    if (const char* v = getenvOrNull("LOCAL_WORLD_SIZE")) {
+      env.localWorldSize = static_cast<int>(parseIntEnv("LOCAL_WORLD_SIZE", v, 1, INT_MAX));
+    }
+  }
+  return env;
+}
+#endif
+
 }  // namespace
 
 std::chrono::milliseconds timeoutFromEnv() {
@@ -217,37 +241,45 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
   }
   if (device.is_cuda()) {
 #ifdef FSDP_OPT_WITH_CUDA
-    // This rank's device: cuda:LOCAL_RANK under torchrun (LOCAL_RANK set); otherwise the
-    // device of the first CUDA gather. One communicator per process group, on that device.
+    // One communicator per process group, on this rank's device (device_mapping.h).
     const int index = device.has_index() ? device.index() : 0;
-    if (st.localRankFromEnv) {
-      TORCH_CHECK(index == st.info.localRank, context, ": parameters are on ", device.str(),
-                  " but this rank's device is cuda:", st.info.localRank, " (LOCAL_RANK=",
-                  st.info.localRank, "); move the model to cuda:", st.info.localRank);
-    }
     if (!st.cudaBackend) {
+      // First thing of every creation attempt, on every rank, whatever fails below: the n-th
+      // attempt of every rank then uses the same store key (communicator_id.h).
+      const std::string key = nextCommunicatorIdKey();
       TORCH_CHECK(st.info.world == 1 || st.store, context, ": no rendezvous store for world size ",
                   st.info.world);
+      CudaDeviceChoice choice;
+      try {
+        choice = chooseCudaDevice(cudaDeviceEnvLocked(st), index, c10::cuda::device_count());
+      } catch (const c10::Error& e) {
+        choice.error = e.what_without_backtrace();
+      }
+      if (!choice.error.empty()) {
+        // The peers are about to wait for rank 0's id: tell them why there is none.
+        if (st.info.rank == 0 && st.info.world > 1) {
+          publishCommunicatorIdFailure(*st.store, key, "rank 0: " + choice.error);
+        }
+        TORCH_CHECK(false, context, ": ", choice.error);
+      }
       NcclBackendOptions opts;
       opts.timeout = st.timeout.count() > 0 ? st.timeout : timeoutFromEnv();
       const char* blocking = getenvOrNull("FSDP_OPT_CUDA_BLOCKING_WAIT");
       opts.blockingWait = blocking != nullptr && std::string(blocking) != "0";
-      // Numbered per process, not per group: a store that outlives the group (torchrun's
-      // agent store) must never hand a rank the unique id of an earlier communicator. Every
-      // rank creates and destroys groups in the same order, so the numbers agree.
-      static int communicators = 0;
-      opts.storeKey = "nccl/uid/" + std::to_string(communicators++);
+      opts.storeKey = key;
       try {
-        st.cudaBackend = makeNcclBackend(st.store, st.info.rank, st.info.world, index, opts);
+        st.cudaBackend = makeNcclBackend(st.store, st.info.rank, st.info.world, choice.device, opts);
       } catch (const c10::Error& e) {
         TORCH_CHECK(false, context, ": creating the nccl backend failed: ",
                     e.what_without_backtrace());
       }
-      st.cudaDevice = index;
+      st.cudaDevice = choice.device;
+      st.cudaDeviceOrigin = choice.origin;
     }
     TORCH_CHECK(index == st.cudaDevice, context, ": parameters are on ", device.str(),
-                " but this rank's NCCL communicator is on cuda:", st.cudaDevice,
-                " (one device per rank)");
+                " but this rank's NCCL communicator is on cuda:", st.cudaDevice, " (",
+                st.cudaDeviceOrigin, "; one device per rank); move the model to cuda:",
+                st.cudaDevice);
     return st.cudaBackend;
 #else
     TORCH_CHECK(false, context, ": parameters are on ", device.str(),

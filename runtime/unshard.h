@@ -40,6 +40,18 @@ struct UnshardRequest {
   int world = 1;
 };
 
+/// What a gather that finds a group already gathered (a nested gather) must do before its
+/// caller may use the group's full storage: on CUDA, the caller's current stream, which may not
+/// be the stream the unshard was waited on, waits for the unshard to complete, and the storage
+/// is recorded on that stream so the caching allocator keeps it until that stream's work is
+/// done (docs/runtime.md, "Nested gathers across streams"). CPU paths have nothing to do.
+class NestedGatherHook {
+ public:
+  virtual ~NestedGatherHook() = default;
+  /// `param`: a parameter of a group of this unshard, pointing at its full storage.
+  virtual void orderCurrentStream(const at::Tensor& param) = 0;
+};
+
 class PendingUnshard {
  public:
   virtual ~PendingUnshard() = default;
@@ -59,6 +71,10 @@ class PendingUnshard {
   /// rank contributes to the collective.
   virtual std::string backendName() const = 0;
   virtual int64_t bytesPerRank() const = 0;
+
+  /// Shared by every group of this unshard after finish(); null when nested gathers need
+  /// nothing (CPU, or no full buffer was made).
+  virtual std::shared_ptr<NestedGatherHook> nestedGatherHook() const { return nullptr; }
 
  protected:
   std::vector<at::Tensor> fulls_;

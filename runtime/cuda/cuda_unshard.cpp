@@ -5,6 +5,7 @@
 // parameter in one NCCL group, no copy-out). See cuda_unshard.h for the protocol.
 #include "cuda_unshard.h"
 
+#include <algorithm>
 #include <atomic>
 #include <cstdlib>
 #include <cstring>
@@ -30,14 +31,25 @@ namespace {
 
 using copyplan::ElemType;
 
+// A switch in the environment: set, non-empty and not "0".
+bool envFlag(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != '\0' && std::string(v) != "0";
+}
+
 // FSDP_OPT_CUDA_FORCE_NCCL=1: at world size 1, take the NCCL path (copy-in, a one-rank
 // communicator's all-gather, copy-out) instead of the copy-only one. For testing that path on
 // a machine with one GPU; read once.
 bool forceNccl() {
-  static const bool value = [] {
-    const char* v = std::getenv("FSDP_OPT_CUDA_FORCE_NCCL");
-    return v != nullptr && *v != '\0' && std::string(v) != "0";
-  }();
+  static const bool value = envFlag("FSDP_OPT_CUDA_FORCE_NCCL");
+  return value;
+}
+
+// FSDP_OPT_CUDA_DEBUG_SYNC=1: synchronise after every copy-kernel launch, so a fault is
+// reported by the launch that caused it (named) instead of by whatever CUDA call comes next.
+// Costs the overlap of gathers with compute; for debugging. Read once.
+bool debugSync() {
+  static const bool value = envFlag("FSDP_OPT_CUDA_DEBUG_SYNC");
   return value;
 }
 
@@ -79,9 +91,38 @@ void kernelTypes(at::ScalarType from, at::ScalarType to, ElemType& src, ElemType
               "fsdp: the CUDA copy kernel does not convert ", from, " to ", to);
 }
 
+// The completion of one CUDA unshard, kept by its groups for nested gathers (unshard.h).
+class CudaNestedGatherHook final : public NestedGatherHook {
+ public:
+  explicit CudaNestedGatherHook(c10::Device device) : device_(device) {}
+
+  at::cuda::CUDAEvent& done() { return done_; }
+
+  /// The caller's current stream waits for the unshard (once per stream: later work on a stream
+  /// is ordered after earlier work anyway).
+  void orderStream(const c10::cuda::CUDAStream& stream) {
+    if (std::find(ordered_.begin(), ordered_.end(), stream.id()) != ordered_.end()) return;
+    done_.block(stream);
+    ordered_.push_back(stream.id());
+  }
+
+  void orderCurrentStream(const at::Tensor& param) override {
+    c10::cuda::CUDAGuard deviceGuard(device_);
+    const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
+    orderStream(caller);
+    c10::cuda::CUDACachingAllocator::recordStream(param.storage().data_ptr(), caller);
+  }
+
+ private:
+  c10::Device device_;
+  at::cuda::CUDAEvent done_;
+  std::vector<c10::StreamId> ordered_;
+};
+
 class CudaUnshard final : public PendingUnshard {
  public:
-  CudaUnshard(const UnshardRequest& req, const std::string& context) : device_(req.device) {
+  CudaUnshard(const UnshardRequest& req, const std::string& context)
+      : device_(req.device), hook_(std::make_shared<CudaNestedGatherHook>(req.device)) {
     const size_t n = req.shards.size();
     fulls_.resize(n);
     const bool collective = req.world > 1 || forceNccl();
@@ -139,7 +180,7 @@ class CudaUnshard final : public PendingUnshard {
         plan.addCast(sources[i].data_ptr(), src, fulls_[i].data_ptr(), dst,
                      src == ElemType::kBytes ? sources[i].nbytes() : sources[i].numel());
       }
-      launchPlan(plan, gather);
+      launchPlan(plan, gather, "the param_dtype cast of " + context);
     } else {
       std::vector<layout::ParamSpec> specs;
       for (size_t i = 0; i < n; ++i) {
@@ -150,7 +191,7 @@ class CudaUnshard final : public PendingUnshard {
       const auto byteOpts = at::TensorOptions().dtype(at::kByte).device(device_);
       at::Tensor send = at::empty({layout.packedBytes()}, byteOpts);
       at::Tensor recv = at::empty({layout.gatheredBytes()}, byteOpts);
-      copyIn(layout, sources, req.dtypes, send);
+      copyIn(layout, sources, req.dtypes, send, context);
       std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context);
       backendName_ = backend->name();
       if (layout.packedBytes() > 0) {
@@ -161,11 +202,11 @@ class CudaUnshard final : public PendingUnshard {
                                  req.world, e);
         }
       }
-      copyOut(layout, recv, fulls_);
+      copyOut(layout, recv, fulls_, context);
       // send and recv are freed when this scope ends: their memory belongs to the gather
       // stream, whose later work is ordered after the kernels and the collective above.
     }
-    done_.record(gather);
+    hook_->done().record(gather);
     started_ = true;
   }
 
@@ -190,7 +231,7 @@ class CudaUnshard final : public PendingUnshard {
     const copyplan::ParamMajorPlan plan = copyplan::planParamMajor(pm, req.rank, src, recv);
     bytesPerRank_ = pm.totalShardBytes();
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_.index());
-    launchPlan(plan.copyIn, stream);
+    launchPlan(plan.copyIn, stream, "the per-param copy-in of " + context);
     std::vector<at::Tensor> inputs, outputs;
     for (size_t i = 0; i < n; ++i) {
       if (plan.from[i] == copyplan::SendFrom::kNothing) continue;
@@ -224,13 +265,15 @@ class CudaUnshard final : public PendingUnshard {
     if (!started_) return;
     c10::cuda::CUDAGuard deviceGuard(device_);
     const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());
-    done_.block(caller);
-    for (const at::Tensor& f : fulls_) {
-      if (f.defined()) c10::cuda::CUDACachingAllocator::recordStream(f.storage().data_ptr(), caller);
-    }
+    // The communicator's state first: after a fault every CUDA call below fails too, and the
+    // watchdog's abort reason says more than their error.
     if (collective_) {
       auto c = std::move(collective_);
       c->wait();  // NCCL: the communicator's error state (a bounded host wait in blocking mode)
+    }
+    hook_->orderStream(caller);
+    for (const at::Tensor& f : fulls_) {
+      if (f.defined()) c10::cuda::CUDACachingAllocator::recordStream(f.storage().data_ptr(), caller);
     }
   }
 
@@ -242,10 +285,13 @@ class CudaUnshard final : public PendingUnshard {
 
   std::string backendName() const override { return backendName_; }
   int64_t bytesPerRank() const override { return bytesPerRank_; }
+  std::shared_ptr<NestedGatherHook> nestedGatherHook() const override {
+    return started_ ? hook_ : nullptr;
+  }
 
  private:
   c10::Device device_;
-  at::cuda::CUDAEvent done_;
+  std::shared_ptr<CudaNestedGatherHook> hook_;  // holds the `done` event
   bool started_ = false;
   std::unique_ptr<PendingCollective> collective_;
   std::string backendName_ = "copy";
@@ -303,7 +349,8 @@ c10::cuda::CUDAStream gatherStream(c10::DeviceIndex device) {
   return c10::cuda::getStreamFromExternal(it->second, device);
 }
 
-void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& stream) {
+void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& stream,
+                const std::string& what) {
   if (plan.empty()) return;
   const std::vector<copyplan::Segment>& segs = plan.segments();
   const int n = static_cast<int>(segs.size());
@@ -323,12 +370,19 @@ void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& str
                                        static_cast<const copyplan::Segment*>(dev.data_ptr()), n,
                                        plan.numBlocks(), stream.stream());
   }
-  TORCH_CHECK(err == cudaSuccess, "fsdp: launching the copy kernel (", n, " segments, ",
-              plan.numBlocks(), " blocks) failed: ", cudaGetErrorString(err));
+  TORCH_CHECK(err == cudaSuccess, "fsdp: launching the copy kernel for ", what, " (", n,
+              " segments, ", plan.numBlocks(), " blocks) failed: ", cudaGetErrorString(err));
+  if (debugSync()) {
+    const cudaError_t ran = cudaStreamSynchronize(stream.stream());
+    TORCH_CHECK(ran == cudaSuccess, "fsdp: the copy kernel for ", what, " (", n, " segments, ",
+                plan.numBlocks(), " blocks) failed (FSDP_OPT_CUDA_DEBUG_SYNC=1 synchronised "
+                "right after its launch): ", cudaGetErrorString(ran));
+  }
 }
 
 void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& shards,
-            const std::vector<at::ScalarType>& dtypes, const at::Tensor& send) {
+            const std::vector<at::ScalarType>& dtypes, const at::Tensor& send,
+            const std::string& context) {
   TORCH_CHECK(shards.size() == layout.numParams() && dtypes.size() == layout.numParams(),
               "fsdp: copy-in got ", shards.size(), " shards for ", layout.numParams(), " parameters");
   TORCH_CHECK(send.is_cuda() && send.is_contiguous() && send.nbytes() >= static_cast<size_t>(layout.packedBytes()),
@@ -342,11 +396,11 @@ void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& sha
     ptrs.push_back(shards[i].data_ptr());
   }
   launchPlan(copyplan::planCopyIn(layout, ptrs, src, dst, send.data_ptr()),
-             c10::cuda::getCurrentCUDAStream(send.device().index()));
+             c10::cuda::getCurrentCUDAStream(send.device().index()), "the copy-in of " + context);
 }
 
 void copyOut(const layout::PackLayout& layout, const at::Tensor& gathered,
-             const std::vector<at::Tensor>& fulls) {
+             const std::vector<at::Tensor>& fulls, const std::string& context) {
   TORCH_CHECK(gathered.is_cuda() && gathered.is_contiguous() &&
                   gathered.nbytes() >= static_cast<size_t>(layout.gatheredBytes()),
               "fsdp: copy-out needs a contiguous CUDA buffer of ", layout.gatheredBytes(), " bytes");
@@ -359,7 +413,7 @@ void copyOut(const layout::PackLayout& layout, const at::Tensor& gathered,
     ptrs.push_back(fulls[i].data_ptr());
   }
   launchPlan(copyplan::planCopyOut(layout, gathered.data_ptr(), ptrs),
-             c10::cuda::getCurrentCUDAStream(gathered.device().index()));
+             c10::cuda::getCurrentCUDAStream(gathered.device().index()), "the copy-out of " + context);
 }
 
 std::unique_ptr<PendingUnshard> startCudaUnshard(const UnshardRequest& request,

@@ -62,18 +62,23 @@ c10::cuda::CUDAStream gatherStream(c10::DeviceIndex device);
 bool elemTypeOf(at::ScalarType dtype, copyplan::ElemType& out);
 
 /// Enqueues ONE launch of the copy kernel for `plan` on `stream` (uploading the segments first
-/// when there are more than fit in the launch's parameters). Throws on a launch error.
-void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& stream);
+/// when there are more than fit in the launch's parameters). Throws on a launch error, naming
+/// `what` ("the copy-in of fsdp::all_gather(unit 'U')"). With FSDP_OPT_CUDA_DEBUG_SYNC=1 it then
+/// synchronises `stream` and throws, naming `what`, if the kernel (or anything before it on the
+/// stream) failed.
+void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& stream,
+                const std::string& what);
 
 /// Copy-in of one rank into `send` (uint8, layout.packedBytes()), on the current stream:
-/// `shards[i]` (contiguous, on the device) cast to dtypes[i]. Exposed for the GPU tests and
-/// the benchmark.
+/// `shards[i]` (contiguous, on the device) cast to dtypes[i]. `context` names the caller in
+/// errors. Exposed for the GPU tests and the benchmark.
 void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& shards,
-            const std::vector<at::ScalarType>& dtypes, const at::Tensor& send);
+            const std::vector<at::ScalarType>& dtypes, const at::Tensor& send,
+            const std::string& context);
 /// Copy-out from `gathered` (uint8, layout.gatheredBytes()) into `fulls` (contiguous), on the
 /// current stream.
 void copyOut(const layout::PackLayout& layout, const at::Tensor& gathered,
-             const std::vector<at::Tensor>& fulls);
+             const std::vector<at::Tensor>& fulls, const std::string& context);
 
 }  // namespace cuda
 }  // namespace detail

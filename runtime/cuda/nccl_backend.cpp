@@ -10,24 +10,33 @@
 //     enqueueing onto it never block the host for long: both are polled with
 //     ncclCommGetAsyncError within FSDP_OPT_TIMEOUT_S;
 //   - a watchdog thread polls ncclCommGetAsyncError (a peer's failure surfaces as an
-//     asynchronous error) and the completion event of every collective; an error, or a
-//     collective not complete within FSDP_OPT_TIMEOUT_S, makes it call ncclCommAbort, which
-//     also ends NCCL's kernels so the streams waiting on them drain;
+//     asynchronous error) and two events of every collective, one reached when it starts on
+//     the GPU and one when it has finished; an error, a collective still running
+//     FSDP_OPT_TIMEOUT_S after it started (time queued behind compute does not count:
+//     collective_deadlines.h), or an event query that throws (a kernel fault) makes it call
+//     ncclCommAbort with that cause, which also ends NCCL's kernels so the streams waiting on
+//     them drain. Nothing the watchdog does may escape its thread (that would terminate the
+//     process);
 //   - an aborted communicator fails every later operation with the reason, and the wait of a
 //     collective reports it (FSDP_OPT_CUDA_BLOCKING_WAIT=1 makes the wait itself block, bounded
 //     by the timeout, like Gloo's);
 //   - destruction (destroy_process_group, or at exit) finalizes and destroys a healthy
-//     communicator within a bound, and aborts it otherwise.
+//     communicator within a bound, and aborts it otherwise;
+//   - every NCCL return value is checked: where nothing can be thrown (abort, destroy), a
+//     failure is added to the reason or reported as a warning.
 #include <nccl.h>
+
 
 #include <algorithm>
 #include <chrono>
 #include <condition_variable>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <deque>
 #include <memory>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 #include <vector>
 
@@ -38,6 +47,8 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "../collective_backend.h"
+#include "../collective_deadlines.h"
+#include "../communicator_id.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -59,13 +70,51 @@ std::string ncclText(ncclResult_t r, ncclComm_t comm) {
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
 
+// ncclCommAbort on `device`. Never throws: it runs on error paths and in the watchdog thread.
+// Returns what NCCL returned.
+ncclResult_t abortComm(ncclComm_t comm, c10::DeviceIndex device) noexcept {
+  std::optional<c10::cuda::CUDAGuard> guard;
+  try {
+    guard.emplace(device);
+  } catch (...) {
+    // NCCL selects the communicator's device itself; the guard only spares it the switch.
+  }
+  return ncclCommAbort(comm);
+}
+
+// The two events of one collective (collective_deadlines.h): `started` is recorded before the
+// NCCL call, so it completes once everything queued ahead of the collective on its stream has;
+// `finished` after it.
+class EventProbe final : public CollectiveProbe {
+ public:
+  explicit EventProbe(const c10::cuda::CUDAStream& stream) { started_.record(stream); }
+  void recordFinished(const c10::cuda::CUDAStream& stream) { finished_.record(stream); }
+  bool started() override { return query(started_); }
+  bool finished() override { return query(finished_); }
+
+ private:
+  // CUDAEvent::query throws c10::Error on any error but "not ready" (a sticky error of the
+  // context); its text, without c10's backtrace, becomes the abort reason.
+  static bool query(const at::cuda::CUDAEvent& event) {
+    try {
+      return event.query();
+    } catch (const c10::Error& e) {
+      throw std::runtime_error(e.what_without_backtrace());
+    }
+  }
+
+  at::cuda::CUDAEvent started_;
+  at::cuda::CUDAEvent finished_;
+};
+
 // The communicator and its health, shared by the backend, its pending collectives and the
 // watchdog thread.
 class NcclComm : public std::enable_shared_from_this<NcclComm> {
  public:
   NcclComm(ncclComm_t comm, c10::DeviceIndex device, int rank, int size,
            std::chrono::milliseconds timeout)
-      : comm_(comm), device_(device), rank_(rank), size_(size), timeout_(timeout) {}
+      : comm_(comm), device_(device), rank_(rank), size_(size), timeout_(timeout),
+        deadlines_(timeout) {}
 
   ~NcclComm() { shutdown(); }
 
@@ -73,18 +122,19 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     watchdog_ = std::thread([self = this] { self->watchdogLoop(); });
   }
 
-  /// Enqueues the all-gather on `stream` and returns its completion event.
-  std::shared_ptr<at::cuda::CUDAEvent> allGather(const void* in, void* out, size_t bytes,
-                                                 const c10::cuda::CUDAStream& stream) {
+  /// Enqueues the all-gather on `stream` and returns its probe.
+  std::shared_ptr<EventProbe> allGather(const void* in, void* out, size_t bytes,
+                                        const c10::cuda::CUDAStream& stream) {
     std::unique_lock<std::mutex> lock(mutex_);
     throwIfBrokenLocked();
+    auto probe = std::make_shared<EventProbe>(stream);
     ncclResult_t r = ncclAllGather(in, out, bytes, ncclUint8, comm_, stream.stream());
     if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
     if (r != ncclSuccess) {
       abortLocked("ncclAllGather failed: " + ncclText(r, comm_));
       throwIfBrokenLocked();
     }
-    return recordLocked(stream);
+    return watchLocked(std::move(probe), stream);
   }
 
   struct Gather {
@@ -94,11 +144,12 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   };
 
   /// Enqueues one all-gather per entry of `gathers` between ncclGroupStart and ncclGroupEnd
-  /// (one launch) on `stream` and returns the group's completion event.
-  std::shared_ptr<at::cuda::CUDAEvent> allGatherGroup(const std::vector<Gather>& gathers,
-                                                      const c10::cuda::CUDAStream& stream) {
+  /// (one launch) on `stream` and returns the group's probe.
+  std::shared_ptr<EventProbe> allGatherGroup(const std::vector<Gather>& gathers,
+                                             const c10::cuda::CUDAStream& stream) {
     std::unique_lock<std::mutex> lock(mutex_);
     throwIfBrokenLocked();
+    auto probe = std::make_shared<EventProbe>(stream);
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) {
       abortLocked("ncclGroupStart failed: " + ncclText(r, comm_));
@@ -120,7 +171,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
       abortLocked(failed);
       throwIfBrokenLocked();
     }
-    return recordLocked(stream);
+    return watchLocked(std::move(probe), stream);
   }
 
   /// Throws the reason if the communicator was aborted (or destroyed).
@@ -129,18 +180,33 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     throwIfBrokenLocked();
   }
 
-  /// Blocks until `event` completed, the communicator broke, or `deadline` passed (then aborts).
-  void waitFor(const at::cuda::CUDAEvent& event, Clock::time_point deadline) {
+  /// Blocks until the collective of `probe` finished, the communicator broke, or the collective
+  /// ran for longer than the timeout after it started (then aborts). Waiting while it is still
+  /// queued behind other work is not bounded: that work is not this collective.
+  void waitFor(const std::shared_ptr<CollectiveProbe>& probe) {
+    CollectiveDeadline deadline(probe, timeout_);
     for (;;) {
       {
         std::lock_guard<std::mutex> lock(mutex_);
         throwIfBrokenLocked();
       }
-      if (event.query()) return;
-      if (Clock::now() > deadline) {
+      std::string reason;
+      try {
+        switch (deadline.poll(Clock::now())) {
+          case CollectiveDeadline::State::kFinished:
+            return;
+          case CollectiveDeadline::State::kOverdue:
+            reason = overdueReason(timeout_);
+            break;
+          default:
+            break;
+        }
+      } catch (const std::exception& e) {
+        reason = probeFailureReason(e.what());
+      }
+      if (!reason.empty()) {
         std::lock_guard<std::mutex> lock(mutex_);
-        abortLocked("an all-gather did not complete within " + std::to_string(seconds(timeout_)) +
-                    " s (FSDP_OPT_TIMEOUT_S)");
+        abortLocked(reason);
         throwIfBrokenLocked();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -148,8 +214,9 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   }
 
   /// Stops the watchdog; finalizes and destroys a healthy communicator (within the timeout,
-  /// else aborts it); aborts a broken one. Idempotent.
-  void shutdown() {
+  /// else aborts it); aborts a broken one. Idempotent. Never throws: it runs in destructors and
+  /// at exit, so what goes wrong is printed as a warning.
+  void shutdown() noexcept {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stop_ = true;
@@ -159,28 +226,32 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     std::lock_guard<std::mutex> lock(mutex_);
     if (comm_ == nullptr) return;
     if (!aborted_) {
-      c10::cuda::CUDAGuard guard(device_);
+      std::string problem;
       const auto deadline = Clock::now() + std::min(timeout_, std::chrono::milliseconds(10000));
       ncclResult_t r = ncclCommFinalize(comm_);
       if (r == ncclInProgress) r = settleLocked(deadline);
       if (r == ncclSuccess) {
-        ncclCommDestroy(comm_);
+        const ncclResult_t d = ncclCommDestroy(comm_);
+        if (d != ncclSuccess) problem = std::string("ncclCommDestroy failed: ") + ncclGetErrorString(d);
       } else {
-        ncclCommAbort(comm_);
+        problem = r == ncclInProgress ? "ncclCommFinalize did not complete in time"
+                                      : "ncclCommFinalize failed: " + ncclText(r, comm_);
+        const ncclResult_t a = abortComm(comm_, device_);
+        problem += a == ncclSuccess ? "; aborted the communicator instead"
+                                    : std::string("; ncclCommAbort failed too: ") + ncclGetErrorString(a);
+      }
+      if (!problem.empty()) {
+        std::fprintf(stderr, "fsdp: warning: destroying the NCCL communicator (rank %d of %d on cuda:%d): %s\n",
+                     rank_, size_, static_cast<int>(device_), problem.c_str());
       }
       aborted_ = true;
       reason_ = "the process group was destroyed";
     }
     comm_ = nullptr;
-    outstanding_.clear();
+    deadlines_.clear();
   }
 
  private:
-  struct Outstanding {
-    std::shared_ptr<at::cuda::CUDAEvent> event;
-    Clock::time_point issued;
-  };
-
   // Polls a non-blocking communicator until its pending call settles or `deadline` passes.
   ncclResult_t settleLocked(Clock::time_point deadline) {
     ncclResult_t state = ncclInProgress;
@@ -193,24 +264,26 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return state;
   }
 
-  void abortLocked(const std::string& reason) {
+  void abortLocked(const std::string& reason) noexcept {
     if (aborted_) return;
     aborted_ = true;
     reason_ = reason;
     if (comm_ != nullptr) {
-      c10::cuda::CUDAGuard guard(device_);
-      ncclCommAbort(comm_);  // also ends NCCL's kernels, so streams waiting on them drain
+      // also ends NCCL's kernels, so streams waiting on them drain
+      const ncclResult_t r = abortComm(comm_, device_);
+      if (r != ncclSuccess) reason_ += std::string(" (ncclCommAbort failed too: ") + ncclGetErrorString(r) + ")";
       comm_ = nullptr;
     }
-    outstanding_.clear();
+    deadlines_.clear();
   }
 
-  // The completion event of what was just enqueued on `stream`, watched by the watchdog.
-  std::shared_ptr<at::cuda::CUDAEvent> recordLocked(const c10::cuda::CUDAStream& stream) {
-    auto event = std::make_shared<at::cuda::CUDAEvent>();
-    event->record(stream);
-    outstanding_.push_back(Outstanding{event, Clock::now()});
-    return event;
+  // Records the end of what was just enqueued on `stream` and hands the collective to the
+  // watchdog.
+  std::shared_ptr<EventProbe> watchLocked(std::shared_ptr<EventProbe> probe,
+                                          const c10::cuda::CUDAStream& stream) {
+    probe->recordFinished(stream);
+    deadlines_.add(probe);
+    return probe;
   }
 
   void throwIfBrokenLocked() const {
@@ -218,25 +291,31 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
                 static_cast<int>(device_), "): the communicator was aborted: ", reason_);
   }
 
-  void watchdogLoop() {
-    c10::cuda::CUDAGuard guard(device_);
-    const auto poll = std::min(std::chrono::milliseconds(100),
-                               std::max(std::chrono::milliseconds(1), timeout_ / 20));
-    std::unique_lock<std::mutex> lock(mutex_);
-    while (!stop_) {
-      cv_.wait_for(lock, poll);
-      if (stop_ || aborted_ || comm_ == nullptr) continue;
-      ncclResult_t state = ncclSuccess;
-      if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
-      if (state != ncclSuccess && state != ncclInProgress) {
-        abortLocked("asynchronous NCCL error (a peer may have died): " + ncclText(state, comm_));
-        continue;
+  void watchdogLoop() noexcept {
+    try {
+      c10::cuda::CUDAGuard guard(device_);
+      const auto poll = std::min(std::chrono::milliseconds(100),
+                                 std::max(std::chrono::milliseconds(1), timeout_ / 20));
+      std::unique_lock<std::mutex> lock(mutex_);
+      while (!stop_) {
+        cv_.wait_for(lock, poll);
+        if (stop_ || aborted_ || comm_ == nullptr) continue;
+        ncclResult_t state = ncclSuccess;
+        if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
+        if (state != ncclSuccess && state != ncclInProgress) {
+          abortLocked("asynchronous NCCL error (a peer may have died): " + ncclText(state, comm_));
+          continue;
+        }
+        const std::string reason = deadlines_.poll(Clock::now());
+        if (!reason.empty()) abortLocked(reason);
       }
-      while (!outstanding_.empty() && outstanding_.front().event->query()) outstanding_.pop_front();
-      if (!outstanding_.empty() && Clock::now() - outstanding_.front().issued > timeout_) {
-        abortLocked("an all-gather did not complete within " + std::to_string(seconds(timeout_)) +
-                    " s (FSDP_OPT_TIMEOUT_S); a peer may have died or runs a different program");
-      }
+    } catch (const std::exception& e) {
+      // The communicator can no longer be watched, so it must not be used either.
+      std::lock_guard<std::mutex> lock(mutex_);
+      abortLocked("the NCCL watchdog failed: " + describe(e));
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      abortLocked("the NCCL watchdog failed with an unknown exception");
     }
   }
 
@@ -251,7 +330,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   std::chrono::milliseconds timeout_;
   bool aborted_ = false;
   std::string reason_;
-  std::deque<Outstanding> outstanding_;
+  CollectiveDeadlines deadlines_;
 };
 
 // Communicators still alive at exit get a clean shutdown (finalize + destroy, bounded).
@@ -277,13 +356,12 @@ void shutdownLiveAtExit() {
 
 class NcclPending final : public PendingCollective {
  public:
-  NcclPending(std::shared_ptr<NcclComm> comm, std::shared_ptr<at::cuda::CUDAEvent> event,
-              bool blocking, Clock::time_point deadline)
-      : comm_(std::move(comm)), event_(std::move(event)), blocking_(blocking), deadline_(deadline) {}
+  NcclPending(std::shared_ptr<NcclComm> comm, std::shared_ptr<EventProbe> probe, bool blocking)
+      : comm_(std::move(comm)), probe_(std::move(probe)), blocking_(blocking) {}
 
   void wait() override {
     if (blocking_) {
-      comm_->waitFor(*event_, deadline_);
+      comm_->waitFor(probe_);
     } else {
       comm_->checkHealthy();  // the stream order does the waiting; the watchdog the timeout
     }
@@ -291,9 +369,8 @@ class NcclPending final : public PendingCollective {
 
  private:
   std::shared_ptr<NcclComm> comm_;
-  std::shared_ptr<at::cuda::CUDAEvent> event_;
+  std::shared_ptr<EventProbe> probe_;
   bool blocking_;
-  Clock::time_point deadline_;
 };
 
 class NcclBackend final : public CollectiveBackend {
@@ -321,10 +398,9 @@ class NcclBackend final : public CollectiveBackend {
                   std::to_string(device_) + ")");
     }
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
-    auto event = comm_->allGather(input.data_ptr(), output.data_ptr(),
+    auto probe = comm_->allGather(input.data_ptr(), output.data_ptr(),
                                   static_cast<size_t>(input.numel()), stream);
-    return std::make_unique<NcclPending>(comm_, std::move(event), blockingWait_,
-                                         Clock::now() + options().timeout);
+    return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
   }
 
   std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
@@ -344,9 +420,8 @@ class NcclBackend final : public CollectiveBackend {
     }
     TORCH_CHECK(!gathers.empty(), "backend nccl: a grouped all-gather with no bytes to gather");
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
-    auto event = comm_->allGatherGroup(gathers, stream);
-    return std::make_unique<NcclPending>(comm_, std::move(event), blockingWait_,
-                                         Clock::now() + options().timeout);
+    auto probe = comm_->allGatherGroup(gathers, stream);
+    return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
   }
 
  private:
@@ -363,28 +438,37 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
                                                    int rank, int size, int device,
                                                    const NcclBackendOptions& options) {
   const double t = seconds(options.timeout);
+  TORCH_CHECK(size == 1 || store, "fsdp: the NCCL backend of world size ", size,
+              " needs a rendezvous store");
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (rank == 0) {
     const ncclResult_t r = ncclGetUniqueId(&id);
-    TORCH_CHECK(r == ncclSuccess, "fsdp: ncclGetUniqueId failed: ", ncclGetErrorString(r));
+    if (r != ncclSuccess) {
+      const std::string why = std::string("ncclGetUniqueId failed on rank 0: ") + ncclGetErrorString(r);
+      if (size > 1) detail::publishCommunicatorIdFailure(*store, options.storeKey, why);
+      TORCH_CHECK(false, "fsdp: ", why);
+    }
   }
   if (size > 1) {
-    TORCH_CHECK(store, "fsdp: the NCCL backend of world size ", size, " needs a rendezvous store");
+    std::string rank0Failure;
     try {
       if (rank == 0) {
         const auto* p = reinterpret_cast<const uint8_t*>(&id);
-        store->set(options.storeKey, std::vector<uint8_t>(p, p + sizeof(id)));
+        detail::publishCommunicatorId(*store, options.storeKey, std::vector<uint8_t>(p, p + sizeof(id)));
       } else {
-        const std::vector<uint8_t> v = store->get(options.storeKey);
-        TORCH_CHECK(v.size() == sizeof(id), "malformed NCCL unique id (", v.size(), " bytes)");
-        std::memcpy(&id, v.data(), sizeof(id));
+        detail::ReceivedCommunicatorId got =
+            detail::receiveCommunicatorId(*store, options.storeKey, sizeof(id));
+        rank0Failure = std::move(got.rank0Failure);
+        if (rank0Failure.empty()) std::memcpy(&id, got.id.data(), sizeof(id));
       }
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "fsdp: exchanging the NCCL unique id through the store failed within ", t,
                   " s (rank ", rank, " of ", size, "); a peer may have died or not started: ",
                   describe(e));
     }
+    TORCH_CHECK(rank0Failure.empty(), "fsdp: rank 0 could not create the NCCL unique id (store key '",
+                options.storeKey, "'), so no communicator can be created: ", rank0Failure);
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -398,11 +482,14 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
     if (ncclCommGetAsyncError(comm, &r) != ncclSuccess) r = ncclInternalError;
   }
   if (r != ncclSuccess) {
-    const std::string why = r == ncclInProgress
-                                ? "did not complete within " + std::to_string(t) +
-                                      " s (FSDP_OPT_TIMEOUT_S); a peer may have died or not started"
-                                : "failed: " + ncclText(r, comm);
-    if (comm != nullptr) ncclCommAbort(comm);
+    std::string why = r == ncclInProgress
+                          ? "did not complete within " + std::to_string(t) +
+                                " s (FSDP_OPT_TIMEOUT_S); a peer may have died or not started"
+                          : "failed: " + ncclText(r, comm);
+    if (comm != nullptr) {
+      const ncclResult_t a = abortComm(comm, static_cast<c10::DeviceIndex>(device));
+      if (a != ncclSuccess) why += std::string(" (ncclCommAbort failed too: ") + ncclGetErrorString(a) + ")";
+    }
     TORCH_CHECK(false, "fsdp: creating the NCCL communicator (rank ", rank, " of ", size,
                 " on cuda:", device, ") ", why);
   }
@@ -421,7 +508,8 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
 
 int ncclVersionLinked() {
   int v = 0;
-  ncclGetVersion(&v);
+  const ncclResult_t r = ncclGetVersion(&v);
+  TORCH_CHECK(r == ncclSuccess, "fsdp: ncclGetVersion failed: ", ncclGetErrorString(r));
   return v;
 }
 

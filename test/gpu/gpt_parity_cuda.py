@@ -8,13 +8,22 @@
 # difference comes from fusion groups the fsdp ops split (a fused kernel may round differently),
 # not from the gathered parameters. Prints "skipped: no CUDA device" without a GPU.
 #
-#   gpt_parity_cuda.py RUNTIME_LIB FSDP_OPT OUTDIR
+#   gpt_parity_cuda.py RUNTIME_LIB FSDP_OPT OUTDIR    make the model and its rewrite, then check
+#   gpt_parity_cuda.py --prepare FSDP_OPT DIR         only make them (no GPU needed): DIR/gpt.pt,
+#                                                     DIR/gpt.w1.pt, DIR/prepared.json
+#   gpt_parity_cuda.py --prepared DIR RUNTIME_LIB     only check, on files made by --prepare
+#
+# The split is for scripts/gpu-check.sh: a GPU machine may lack fsdp-opt's CPU-side dependencies
+# (nlohmann_json, CLI11, OpenSSL), so its dry run prepares the files on the CI machine and the
+# GPU run gets them carried along (docs/runtime.md, "Testing on a GPU").
 #
 # REQUIRES: cuda
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %runtime_lib fsdp-opt %t
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 import types
@@ -88,23 +97,38 @@ def run_parity(lib, orig_path, rewritten_path, label):
     return failures
 
 
-def main():
-    if len(sys.argv) >= 2 and sys.argv[1] == "--child":
-        _, _, lib, orig, rewritten, label = sys.argv
-        sys.exit(1 if run_parity(lib, orig, rewritten, label) else 0)
-    lib, fsdp_opt, out = sys.argv[1:4]
-    skip = load_or_skip(lib)
-    if skip:
-        print("skipped: " + skip)
-        return 0
+def prepare(fsdp_opt, out):
+    """Writes the original GPT and its rewrite for world size 1 into `out`, atomically."""
+    tmp = out.rstrip("/") + ".tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    os.makedirs(tmp)
     model = fm.make("gpt", n_layer=4, n_embd=64, n_head=4)
-    orig = os.path.join(out, "gpt.pt")
-    rewritten = os.path.join(out, "gpt.w1.pt")
+    orig = os.path.join(tmp, "gpt.pt")
     fm.save(model, orig)
     cmd = [fsdp_opt, orig, "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--forward-method=.:generate",
-           "--world-size=1", "-o", rewritten]
+           "--world-size=1", "-o", os.path.join(tmp, "gpt.w1.pt")]
     print("+ " + " ".join(cmd), flush=True)
     subprocess.run(cmd, check=True)
+    version = subprocess.run([fsdp_opt, "--version"], check=True, capture_output=True,
+                             text=True).stdout.strip()
+    with open(os.path.join(tmp, "prepared.json"), "w") as f:
+        json.dump({"torch": torch.__version__, "fsdp_opt": version,
+                   "command": " ".join(os.path.basename(c) if os.path.isabs(c) else c
+                                       for c in cmd)}, f, indent=1)
+    shutil.rmtree(out, ignore_errors=True)
+    os.rename(tmp, out)
+    print("prepared %s (torch %s, %s)" % (out, torch.__version__, version))
+
+
+def check(lib, prepared):
+    info_path = os.path.join(prepared, "prepared.json")
+    if os.path.exists(info_path):
+        with open(info_path) as f:
+            info = json.load(f)
+        print("rank files made with torch %s by %s; running torch %s"
+              % (info["torch"], info["fsdp_opt"], torch.__version__))
+    orig = os.path.join(prepared, "gpt.pt")
+    rewritten = os.path.join(prepared, "gpt.w1.pt")
     failures = 0
     for label, env in GATHER_PATHS + (("copy-only, no fusers", {}),):
         e = dict(os.environ)
@@ -114,6 +138,30 @@ def main():
         failures += r.returncode != 0
     print("gpt_parity_cuda: %s" % ("PASS" if failures == 0 else "FAIL"))
     return 1 if failures else 0
+
+
+def main():
+    if len(sys.argv) >= 2 and sys.argv[1] == "--child":
+        _, _, lib, orig, rewritten, label = sys.argv
+        sys.exit(1 if run_parity(lib, orig, rewritten, label) else 0)
+    if len(sys.argv) == 4 and sys.argv[1] == "--prepare":
+        prepare(sys.argv[2], sys.argv[3])
+        return 0
+    if len(sys.argv) == 4 and sys.argv[1] == "--prepared":
+        prepared, lib = sys.argv[2:4]
+    elif len(sys.argv) == 4:
+        lib, fsdp_opt, out = sys.argv[1:4]
+        prepared = os.path.join(out, "prepared")
+    else:
+        sys.exit("usage: gpt_parity_cuda.py RUNTIME_LIB FSDP_OPT OUTDIR | --prepare FSDP_OPT DIR "
+                 "| --prepared DIR RUNTIME_LIB")
+    skip = load_or_skip(lib)
+    if skip:
+        print("skipped: " + skip)
+        return 0
+    if sys.argv[1] != "--prepared":
+        prepare(fsdp_opt, prepared)
+    return check(lib, prepared)
 
 
 if __name__ == "__main__":

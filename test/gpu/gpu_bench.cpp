@@ -21,6 +21,7 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 
@@ -166,25 +167,24 @@ void benchUnit(const UnitShape& shape, int reps) {
   at::Tensor dst = at::empty({bytes}, byteOpts);
   const std::vector<at::ScalarType> f32s(np, at::kFloat), bf16s(np, at::kBFloat16);
 
-  const double d2d = deviceMs(reps, [&] {
-    cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes),
-                    cudaMemcpyDeviceToDevice, c10::cuda::getCurrentCUDAStream());
-  });
-  const double d2dHalf = deviceMs(reps, [&] {
-    cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(bytes / 2),
-                    cudaMemcpyDeviceToDevice, c10::cuda::getCurrentCUDAStream());
-  });
+  // The reference every kernel is compared with; a failed copy would make it meaningless.
+  auto d2dCopy = [&](int64_t n) {
+    C10_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), static_cast<size_t>(n),
+                                   cudaMemcpyDeviceToDevice, c10::cuda::getCurrentCUDAStream()));
+  };
+  const double d2d = deviceMs(reps, [&] { d2dCopy(bytes); });
+  const double d2dHalf = deviceMs(reps, [&] { d2dCopy(bytes / 2); });
   report("copy-in (pack)", bytes, in32.packedBytes(),
-         deviceMs(reps, [&] { rt::copyIn(in32, fulls, f32s, send); }), d2d);
+         deviceMs(reps, [&] { rt::copyIn(in32, fulls, f32s, send, "bench"); }), d2d);
   report("copy-in (pack + cast bf16)", bytes, in16.packedBytes(),
-         deviceMs(reps, [&] { rt::copyIn(in16, fulls, bf16s, send); }), d2dHalf);
+         deviceMs(reps, [&] { rt::copyIn(in16, fulls, bf16s, send, "bench"); }), d2dHalf);
   // copy-out of an 8-rank gather (a segment per rank and parameter)
   const PackLayout out8(specsFor(at::kFloat), 8);
   at::Tensor gathered = at::zeros({out8.gatheredBytes()}, byteOpts);
   std::vector<at::Tensor> outs;
   for (int64_t r : rows) outs.push_back(at::empty({r, rowElems}, at::TensorOptions().device(dev)));
   report("copy-out (8 ranks)", bytes, out8.totalFullBytes(),
-         deviceMs(reps, [&] { rt::copyOut(out8, gathered, outs); }), d2d);
+         deviceMs(reps, [&] { rt::copyOut(out8, gathered, outs, "bench"); }), d2d);
   send = at::Tensor();
   gathered = at::Tensor();
   outs.clear();

@@ -10,6 +10,18 @@
 //                                all-gather per parameter, no copy-out)
 //   FSDP_OPT_CUDA_GATHER_LAYOUT=bogus test_cuda_runtime --expect-bad-layout
 //                                a bad layout name fails the gather, naming the variable
+//   test_cuda_runtime --only=copy_,direct_unshard_
+//                                only the tests whose names start with one of the prefixes
+//                                (scripts/gpu-check.sh runs the copy-kernel tests so under
+//                                compute-sanitizer's memcheck)
+//   FSDP_OPT_CUDA_FORCE_NCCL=1 FSDP_OPT_TIMEOUT_S=1 test_cuda_runtime --only=prefetch_
+//                                a gather queued behind a kernel that runs longer than the
+//                                timeout is not aborted: its time counts from its start
+//   FSDP_OPT_CUDA_DEBUG_SYNC=1 test_cuda_runtime --expect-kernel-fault
+//                                a copy kernel that faults is named by the error
+//   FSDP_OPT_CUDA_FORCE_NCCL=1 test_cuda_runtime --expect-watchdog-abort
+//                                a kernel fault while a collective is in flight aborts the
+//                                communicator with that cause; the process goes on
 //
 // On the NCCL path, direct unshards (no engine: a non-contiguous shard, casts, an empty
 // parameter) also run under both layouts in one process (setGatherLayout), bitwise against the
@@ -21,15 +33,20 @@
 #include <ATen/core/dispatch/Dispatcher.h>
 #include <ATen/cuda/CUDAContext.h>
 #include <ATen/cuda/Sleep.h>
+#include <c10/cuda/CUDAException.h>
 #include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <functional>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "collective_backend.h"
@@ -43,6 +60,7 @@ namespace {
 
 int g_passed = 0;
 int g_failed = 0;
+std::vector<std::string> g_only;  // --only: name prefixes; empty: every test
 
 struct Failure : std::exception {
   std::string msg;
@@ -54,7 +72,13 @@ void expect(bool ok, const std::string& what) {
   if (!ok) throw Failure(what);
 }
 
-void run(const char* name, const std::function<void()>& fn) {
+// `ownRun`: a test that needs settings of its own (a short timeout) and runs only when --only
+// selects it (its own ctest entry).
+void run(const char* name, const std::function<void()>& fn, bool ownRun = false) {
+  const bool selected = std::any_of(g_only.begin(), g_only.end(), [&](const std::string& p) {
+    return std::string(name).rfind(p, 0) == 0;
+  });
+  if (ownRun ? !selected : !g_only.empty() && !selected) return;
   try {
     fn();
     ++g_passed;
@@ -143,7 +167,7 @@ void copyRoundTrip(const std::vector<Spec>& specs, int64_t world, c10::optional<
       castPtrs.push_back(keep.back().data_ptr());
     }
     at::Tensor send = at::full({layout.packedBytes()}, 0xEE, bytes);
-    fsdp_opt::runtime::detail::cuda::copyIn(layout, shards, dtypes, send);
+    fsdp_opt::runtime::detail::cuda::copyIn(layout, shards, dtypes, send, "copyRoundTrip");
     gathered.narrow(0, r * layout.packedBytes(), layout.packedBytes()).copy_(send);
     std::vector<uint8_t> ref(static_cast<size_t>(layout.packedBytes()));
     fsdp_opt::layout::packCpu(layout, castPtrs, ref.data());
@@ -155,7 +179,7 @@ void copyRoundTrip(const std::vector<Spec>& specs, int64_t world, c10::optional<
   for (size_t i = 0; i < specs.size(); ++i) {
     outs.push_back(at::full(specs[i].shape, 0, at::TensorOptions().dtype(dtypes[i]).device(dev)));
   }
-  fsdp_opt::runtime::detail::cuda::copyOut(layout, gathered, outs);
+  fsdp_opt::runtime::detail::cuda::copyOut(layout, gathered, outs, "copyRoundTrip");
   for (size_t i = 0; i < specs.size(); ++i) {
     expect(sameBits(outs[i], fulls[i].to(dtypes[i])),
            "param " + std::to_string(i) + " is not bitwise full.to(" +
@@ -184,6 +208,15 @@ struct Unit {
   std::vector<int64_t> rows;
   std::vector<void*> ptrs;
 };
+
+// fsdp::all_gather / fsdp::reshard of a whole unit, on the current stream.
+void gatherUnit(const Unit& u, const char* name, c10::optional<at::ScalarType> pd) {
+  callOp("fsdp::all_gather", "", {c10::IValue(u.params), c10::IValue(u.rows),
+                                  c10::IValue(std::string(name)), dtypeArg(pd)});
+}
+void reshardUnit(const Unit& u, const char* name) {
+  callOp("fsdp::reshard", "", {c10::IValue(u.params), c10::IValue(std::string(name))});
+}
 
 Unit makeUnit(const std::vector<Spec>& specs, int64_t seed) {
   Unit u;
@@ -286,15 +319,92 @@ int expectBadLayout() {
   return 1;
 }
 
+// A copy plan whose source is an address no allocation covers: the kernel faults.
+fsdp_opt::copyplan::CopyPlan faultingPlan(void* dst) {
+  fsdp_opt::copyplan::CopyPlan plan;
+  plan.addCopy(reinterpret_cast<const void*>(0x100), dst, 4096);
+  return plan;
+}
+
+// Leaves without running destructors or atexit handlers: after a kernel fault the CUDA context
+// is unusable, and tearing torch down on it only adds noise to the log.
+[[noreturn]] void leave(int code) {
+  std::fflush(stdout);
+  std::fflush(stderr);
+  std::_Exit(code);
+}
+
+// FSDP_OPT_CUDA_DEBUG_SYNC=1: a faulting copy kernel is reported by its own launch, named.
+int expectKernelFault() {
+  namespace cu = fsdp_opt::runtime::detail::cuda;
+  at::Tensor dst = at::empty({4096}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+  c10::cuda::device_synchronize();
+  try {
+    cu::launchPlan(faultingPlan(dst.data_ptr()), c10::cuda::getCurrentCUDAStream(), "a planted fault");
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    const bool ok = msg.find("a planted fault") != std::string::npos &&
+                    msg.find("FSDP_OPT_CUDA_DEBUG_SYNC") != std::string::npos;
+    std::printf("%s kernel_fault_is_named: %s\n", ok ? "PASS" : "FAIL", msg.c_str());
+    leave(ok ? 0 : 1);
+  }
+  std::printf("FAIL kernel_fault_is_named: no error from the launch (is FSDP_OPT_CUDA_DEBUG_SYNC=1 set?)\n");
+  leave(1);
+}
+
+// A collective is in flight (queued behind a sleep) when a kernel on another stream faults:
+// the watchdog's event query throws, and it must abort the communicator with that cause instead
+// of terminating the process; the wait then reports it.
+int expectWatchdogAbort(const std::vector<int64_t>& rows, std::vector<at::Tensor> params) {
+  namespace cu = fsdp_opt::runtime::detail::cuda;
+  if (std::getenv("FSDP_OPT_CUDA_FORCE_NCCL") == nullptr) {
+    std::printf("FAIL watchdog_aborts_on_a_fault: needs FSDP_OPT_CUDA_FORCE_NCCL=1 (a collective to watch)\n");
+    return 1;
+  }
+  at::cuda::sleep(1000LL * 1000 * 1000);  // about half a second: the gather queues behind it
+  auto h = callOp("fsdp::all_gather_start", "",
+                  {c10::IValue(params), c10::IValue(rows), c10::IValue(std::string("f")), c10::IValue()});
+  c10::cuda::CUDAStream other = c10::cuda::getStreamFromPool(false, 0);
+  at::Tensor dst = at::empty({4096}, at::TensorOptions().dtype(at::kByte).device(at::kCUDA));
+  cu::launchPlan(faultingPlan(dst.data_ptr()), other, "a planted fault");
+  std::this_thread::sleep_for(std::chrono::seconds(3));  // the watchdog polls every 100 ms
+  try {
+    callOp("fsdp::all_gather_wait", "", {h.at(0)});
+  } catch (const c10::Error& e) {
+    const std::string msg = e.what_without_backtrace();
+    const bool ok = msg.find("the communicator was aborted") != std::string::npos;
+    std::printf("%s watchdog_aborts_on_a_fault: %s\n", ok ? "PASS" : "FAIL", msg.c_str());
+    leave(ok ? 0 : 1);
+  }
+  std::printf("FAIL watchdog_aborts_on_a_fault: the wait succeeded after a kernel fault\n");
+  leave(1);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
+  // Arguments first, so a dry run on a machine without a GPU still checks them.
+  const std::string mode = argc > 1 ? argv[1] : "";
+  if (mode.rfind("--only=", 0) == 0) {
+    std::stringstream prefixes(mode.substr(7));
+    for (std::string p; std::getline(prefixes, p, ',');) g_only.push_back(p);
+  } else if (!mode.empty() && mode != "--expect-bad-layout" && mode != "--expect-kernel-fault" &&
+             mode != "--expect-watchdog-abort") {
+    std::fprintf(stderr, "usage: test_cuda_runtime [--only=PREFIX,...|--expect-bad-layout|"
+                 "--expect-kernel-fault|--expect-watchdog-abort]\n");
+    return 2;
+  }
   if (!at::cuda::is_available()) {
     std::printf("skipped: no CUDA device\n");
     return 77;
   }
   namespace cu = fsdp_opt::runtime::detail::cuda;
-  if (argc > 1 && std::string(argv[1]) == "--expect-bad-layout") return expectBadLayout();
+  if (mode == "--expect-bad-layout") return expectBadLayout();
+  if (mode == "--expect-kernel-fault") return expectKernelFault();
+  if (mode == "--expect-watchdog-abort") {
+    Unit u = makeUnit({{{1024, 256}, at::kFloat}}, 80);
+    return expectWatchdogAbort(u.rows, u.params);
+  }
   const bool nccl = std::getenv("FSDP_OPT_CUDA_FORCE_NCCL") != nullptr;
   const cu::GatherLayout envLayout = cu::gatherLayout();
   std::printf("CUDA runtime tests on %s (%s path at world size 1, %s layout), NCCL %d\n",
@@ -420,6 +530,93 @@ int main(int argc, char** argv) {
     expect(sameBits(readA, a.fulls[0].to(bf16)), "A's gathered data was overwritten before S1 read it");
   });
 
+  run("nested_gather_from_another_stream_waits_for_the_gather", [&] {
+    // Unit U is gathered from S1 behind a long sleep, so its buffer is filled late. A nested
+    // gather of U from S2 returns at once (U is gathered already); S2's read must still come
+    // after the gather's kernels, not read the buffer before they wrote it.
+    Unit u = makeUnit({{{1024, 256}, f32}}, 90);
+    c10::cuda::CUDAStream s1 = c10::cuda::getStreamFromPool(false, 0);
+    c10::cuda::CUDAStream s2 = c10::cuda::getStreamFromPool(false, 0);
+    {
+      c10::cuda::CUDAStreamGuard g(s1);
+      at::cuda::sleep(100 * 1000 * 1000);
+      gatherUnit(u, "n", bf16);
+    }
+    at::Tensor seen;
+    {
+      c10::cuda::CUDAStreamGuard g(s2);
+      gatherUnit(u, "n", bf16);
+      seen = u.params[0].clone();  // on S2, queued right away
+      reshardUnit(u, "n");
+    }
+    {
+      c10::cuda::CUDAStreamGuard g(s1);
+      reshardUnit(u, "n");
+    }
+    c10::cuda::device_synchronize();
+    expect(sameBits(seen, u.fulls[0].to(bf16)),
+           "S2 read the full buffer before the gather (waited on S1) had written it");
+    checkSharded(u);
+  });
+
+  run("nested_gather_keeps_the_buffer_for_the_other_stream", [&] {
+    // U is gathered from S1 and again (nested) from S2, which reads it behind a long sleep;
+    // both reshards happen at once on the host. Unit V, of the same size, is then gathered from
+    // S1: unless U's buffer was recorded on S2 by the nested gather, the caching allocator may
+    // hand it to V while S2 still has to read it.
+    Unit u = makeUnit({{{2048, 512}, f32}}, 91);
+    Unit v = makeUnit({{{2048, 512}, f32}}, 92);
+    c10::cuda::CUDAStream s1 = c10::cuda::getStreamFromPool(false, 0);
+    c10::cuda::CUDAStream s2 = c10::cuda::getStreamFromPool(false, 0);
+    at::Tensor seen;
+    {
+      c10::cuda::CUDAStreamGuard g(s1);
+      gatherUnit(u, "u", bf16);
+    }
+    {
+      c10::cuda::CUDAStreamGuard g(s2);
+      gatherUnit(u, "u", bf16);
+      at::cuda::sleep(100 * 1000 * 1000);
+      seen = u.params[0].clone();
+      reshardUnit(u, "u");
+    }
+    {
+      c10::cuda::CUDAStreamGuard g(s1);
+      reshardUnit(u, "u");
+      gatherUnit(v, "v", bf16);
+      reshardUnit(v, "v");
+    }
+    c10::cuda::device_synchronize();
+    expect(sameBits(seen, u.fulls[0].to(bf16)),
+           "U's full buffer was reused while S2 (a nested gather's stream) still had to read it");
+  });
+
+  run("prefetch_behind_a_long_kernel_is_not_timed_out", [&] {
+    // Run with FSDP_OPT_CUDA_FORCE_NCCL=1 and a short FSDP_OPT_TIMEOUT_S (ctest: 1 s): the
+    // collective is queued behind a kernel that runs about twice the timeout. Its time counts
+    // from its start, so the communicator must survive and the result be right.
+    const double timeout = static_cast<double>(fsdp_opt::runtime::defaultTimeout().count()) / 1000.0;
+    expect(nccl && timeout <= 2.0, "needs FSDP_OPT_CUDA_FORCE_NCCL=1 and FSDP_OPT_TIMEOUT_S <= 2");
+    Unit u = makeUnit({{{512, 64}, f32}}, 93);
+    int khz = 0;  // the peak clock: the sleep lasts at least this long
+    C10_CUDA_CHECK(cudaDeviceGetAttribute(&khz, cudaDevAttrClockRate, 0));
+    at::cuda::sleep(static_cast<int64_t>(2.5 * timeout * 1000.0 * khz));
+    const auto t0 = std::chrono::steady_clock::now();
+    auto h = callOp("fsdp::all_gather_start", "", {c10::IValue(u.params), c10::IValue(u.rows),
+                                                  c10::IValue(std::string("p")), c10::IValue()});
+    callOp("fsdp::all_gather_wait", "", {h.at(0)});
+    at::Tensor seen = u.params[0].clone();
+    c10::cuda::device_synchronize();
+    const double waited = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    expect(waited > timeout, "the kernel ahead of the gather ran " + std::to_string(waited) +
+                                 " s, not longer than the timeout: the test proves nothing");
+    expect(sameBits(seen, u.fulls[0]), "the gathered parameter is wrong");
+    reshardUnit(u, "p");
+    gatherUnit(u, "p", c10::nullopt);  // the communicator is still usable
+    reshardUnit(u, "p");
+    checkSharded(u);
+  }, /*ownRun=*/true);
+
   // Direct unshards under each layout the path has (both on the NCCL path), then back to the
   // environment's layout.
   std::vector<cu::GatherLayout> layouts = {cu::GatherLayout::kPacked};
@@ -439,5 +636,9 @@ int main(int argc, char** argv) {
   cu::setGatherLayout(envLayout);
 
   std::printf("%d passed, %d failed\n", g_passed, g_failed);
+  if (g_passed + g_failed == 0) {
+    std::printf("FAIL: no test matched %s\n", mode.c_str());
+    return 1;
+  }
   return g_failed == 0 ? 0 : 1;
 }
