@@ -21,18 +21,11 @@
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include <map>
 
 namespace fsdp_opt {
 namespace {
 
 constexpr const char* kPassName = "bucket-gathers";
-
-bool isOperandRead(torch::jit::Node* node) {
-  auto kind = node->kind();
-  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
-         kind == c10::prim::unchecked_cast;
-}
 
 // The next fsdp op after `node` in its block, if only operand reads stand between them.
 torch::jit::Node* nextAdjacent(torch::jit::Node* node, c10::Symbol kind) {
@@ -52,7 +45,7 @@ class Bucketer {
  public:
   Bucketer(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph, std::string representative,
            std::string where)
-      : context_(context), plan_(plan), graph_(graph), representative_(std::move(representative)),
+      : context_(context), graph_(graph), gathers_(graph, std::move(representative), plan),
         where_(std::move(where)) {}
 
   int run() {
@@ -60,24 +53,25 @@ class Bucketer {
     bool changed = true;
     while (changed) {
       changed = false;
-      std::vector<torch::jit::Node*> gathers;
-      forEachNode(graph_.block(), [&](torch::jit::Node* node) {
-        if (node->kind() == ops::allGather()) gathers.push_back(node);
-      });
-      for (torch::jit::Node* first : gathers) {
-        torch::jit::Node* second = nextAdjacent(first, ops::allGather());
-        if (!second) continue;
-        torch::jit::Node* firstReshard = reshardOf(first);
-        torch::jit::Node* secondReshard = reshardOf(second);
+      for (const GatherOp& first : gathersIn(graph_.block())) {
+        if (first.isSplit()) continue;
+        torch::jit::Node* next = nextAdjacent(first.issue(), ops::allGather());
+        if (!next) continue;
+        GatherOp second = *GatherOp::of(next);
+        torch::jit::Node* firstReshard = first.reshard();
+        torch::jit::Node* secondReshard = second.reshard();
         if (!firstReshard || !secondReshard || !adjacentEitherWay(firstReshard, secondReshard)) continue;
-        if (first->inputs().size() != second->inputs().size()) continue;  // different param dtypes
-        if (first->inputs().size() > 3 && torch::jit::toIValue(first->input(3)) != torch::jit::toIValue(second->input(3))) continue;
-        int64_t bytes = bytesOf(first) + bytesOf(second);
-        if (bytes <= 0 || bytes > context_.options().bucketBytes) continue;
-        merge(first, second, firstReshard, secondReshard, bytes);
+        if (!sameDtype(first, second)) continue;
+        int64_t bytes = gathers_.bytes(first) + gathers_.bytes(second);
+        if (gathers_.units(first).empty() || gathers_.units(second).empty() || bytes > context_.options().bucketBytes) {
+          continue;
+        }
+        mergeGathers(graph_, first, second);
+        context_.diagnostics().remark(kPassName, "merged two adjacent gathers into one collective of " +
+                                                     std::to_string(bytes) + " bytes in " + where_);
         ++merged;
         changed = true;
-        break;  // the node list is stale
+        break;  // the gathers listed are stale
       }
     }
     if (merged > 0) torch::jit::EliminateDeadCode(graph_.block());
@@ -85,59 +79,15 @@ class Bucketer {
   }
 
  private:
-  int64_t bytesOf(torch::jit::Node* gather) {
-    auto known = bucketBytes_.find(gather);
-    if (known != bucketBytes_.end()) return known->second;
-    torch::jit::Value* module = gatheredModule(gather);
-    if (!module) return -1;
-    auto path = pathFromSelf(module, graph_.inputs().at(0));
-    const Unit* unit = path ? plan_.unitAt(joinPath(representative_, *path)) : nullptr;
-    return unit ? unit->bytes() : -1;
-  }
-
-  void merge(torch::jit::Node* first, torch::jit::Node* second, torch::jit::Node* firstReshard,
-             torch::jit::Node* secondReshard, int64_t bytes) {
-    std::vector<torch::jit::Value*> params;
-    for (torch::jit::Node* gather : {first, second}) {
-      for (torch::jit::Value* param : gather->input(0)->node()->inputs()) params.push_back(param);
-    }
-    std::vector<int64_t> rows;
-    for (torch::jit::Node* gather : {first, second}) {
-      for (int64_t r : torch::jit::toIValue(gather->input(1))->toIntVector()) rows.push_back(r);
-    }
-    torch::jit::Node* lastReshard = firstReshard->isBefore(secondReshard) ? secondReshard : firstReshard;
-    torch::jit::Node* merged;
-    {
-      torch::jit::WithInsertPoint at(second);
-      auto* list = graph_.insertNode(graph_.createList(c10::TensorType::get(), params))->output();
-      auto* rowsValue = graph_.insertConstant(c10::IValue(rows));
-      auto* separator = graph_.insertConstant(c10::IValue(std::string(", ")));
-      auto* names = graph_.insertNode(graph_.createList(c10::StringType::get(), {first->input(2), second->input(2)}))->output();
-      auto* unitNames = graph_.insert(c10::Symbol::fromQualString("aten::join"), {separator, names});
-      std::vector<torch::jit::Value*> operands{list, rowsValue, unitNames};
-      if (first->inputs().size() > 3) operands.push_back(first->input(3));
-      merged = graph_.insertNode(graph_.create(ops::allGather(), operands, 1));
-      merged->output()->setType(c10::ListType::ofTensors());
-    }
-    {
-      torch::jit::WithInsertPoint at(lastReshard);
-      graph_.insertNode(graph_.create(ops::reshard(), {merged->output(), merged->input(2)}, 0));
-    }
-    firstReshard->destroy();
-    secondReshard->destroy();
-    second->destroy();
-    first->destroy();
-    bucketBytes_[merged] = bytes;
-    context_.diagnostics().remark(kPassName, "merged two adjacent gathers into one collective of " +
-                                                 std::to_string(bytes) + " bytes in " + where_);
+  static bool sameDtype(const GatherOp& a, const GatherOp& b) {
+    if (!a.paramDtype() || !b.paramDtype()) return !a.paramDtype() && !b.paramDtype();
+    return torch::jit::toIValue(a.paramDtype()) == torch::jit::toIValue(b.paramDtype());
   }
 
   PassContext& context_;
-  const FsdpPlan& plan_;
   torch::jit::Graph& graph_;
-  std::string representative_;
+  GraphGathers gathers_;
   std::string where_;
-  std::map<torch::jit::Node*, int64_t> bucketBytes_;
 };
 
 }  // namespace

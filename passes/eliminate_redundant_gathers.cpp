@@ -2,11 +2,13 @@
 //
 // Within one graph, walks blocks in order keeping the units whose gather is open (gathered, not
 // yet resharded) on the path to each point: enclosing blocks' gathers are open in nested blocks.
-// A gather of a unit that is already open, with its reshard, is deleted: the enclosing gather
-// covers every use, on every path, since gather and reshard pair within one block. Units are
-// identified by the prim::GetAttr chain of the module they are read from, so copies made by
-// inlining match their caller's gathers. Across calls, insert-unit-gathers already skips
+// A gather whose units are all already open, with its reshard, is deleted: the enclosing
+// gathers cover every use, on every path, since gather and reshard pair within one block.
+// Units are resolved from the parameters a gather reads (passes/support/fsdp_ops.h), so copies
+// made by inlining match their caller's gathers. Across calls, insert-unit-gathers already skips
 // self-calls from forward methods; inline-loop-calls brings the other cases into one graph.
+// A graph that may reassign a submodule or a parameter (prim::SetAttr, there or in a method it
+// calls) is left alone: one chain could then reach another unit's tensors than before.
 // Assumes: gathers come from insert-unit-gathers/wrap-entry-methods (paired in one block).
 // Guarantees: pairing kept; fewer collectives, never more unsharded memory.
 //
@@ -16,6 +18,7 @@
 
 #include "support/fsdp_ops.h"
 #include "support/module_tree.h"
+#include "support/module_writes.h"
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
@@ -26,26 +29,30 @@ namespace {
 
 constexpr const char* kPassName = "eliminate-redundant-gathers";
 
-void collectRedundant(torch::jit::Block* block, std::map<std::string, int> open,
-                      std::vector<torch::jit::Node*>& redundant) {
-  std::map<torch::jit::Node*, std::string> openedHere;
+using OpenUnits = std::map<const Unit*, int>;
+
+void collectRedundant(torch::jit::Block* block, const GraphGathers& gathers, OpenUnits open,
+                      std::vector<GatherOp>& redundant) {
+  std::map<torch::jit::Node*, std::vector<const Unit*>> openedHere;
   for (torch::jit::Node* node : block->nodes()) {
     if (node->kind() == ops::allGather()) {
-      torch::jit::Value* module = gatheredModule(node);
-      if (module) {
-        std::string key = moduleChainKey(module);
-        if (open[key] > 0) {
-          redundant.push_back(node);
-        } else {
-          ++open[key];
-          openedHere[node] = key;
-        }
+      GatherOp gather = *GatherOp::of(node);
+      std::vector<const Unit*> units = gathers.units(gather);
+      bool covered = !units.empty();
+      for (const Unit* unit : units) covered = covered && open[unit] > 0;
+      if (covered) {
+        redundant.push_back(gather);
+      } else {
+        for (const Unit* unit : units) ++open[unit];
+        openedHere[node] = units;
       }
     } else if (node->kind() == ops::reshard()) {
       auto opened = openedHere.find(node->input(0)->node());
-      if (opened != openedHere.end()) --open[opened->second];
+      if (opened != openedHere.end()) {
+        for (const Unit* unit : opened->second) --open[unit];
+      }
     }
-    for (torch::jit::Block* nested : node->blocks()) collectRedundant(nested, open, redundant);
+    for (torch::jit::Block* nested : node->blocks()) collectRedundant(nested, gathers, open, redundant);
   }
 }
 
@@ -71,23 +78,31 @@ int removeRepeatedRankChecks(torch::jit::Graph& graph) {
 }  // namespace
 
 bool eliminateRedundantGathers(PassContext& context) {
+  const FsdpPlan* plan = context.plan();
+  if (!plan) return false;
   int removed = 0;
+  ModuleAssignments assignments;
   for (const auto& [type, path] : distinctModuleTypes(context.module())) {
     for (torch::jit::Function* function : type->methods()) {
       auto graph = graphOf(function);
-      std::vector<torch::jit::Node*> redundant;
-      collectRedundant(graph->block(), {}, redundant);
+      std::string where = type->name()->qualifiedName() + "::" + function->name();
       if (removeRepeatedRankChecks(*graph) > 0) torch::jit::EliminateDeadCode(graph);
-      for (torch::jit::Node* gather : redundant) {
-        if (torch::jit::Node* reshard = reshardOf(gather)) reshard->destroy();
-        gather->destroy();
+      std::vector<GatherOp> redundant;
+      collectRedundant(graph->block(), GraphGathers(*graph, path, *plan), {}, redundant);
+      if (!redundant.empty() && assignments.inBlock(graph->block())) {
+        context.diagnostics().remark(kPassName, "gathers in " + where +
+                                                    " kept: it may reassign a submodule or a parameter (prim::SetAttr)");
+        continue;
+      }
+      for (const GatherOp& gather : redundant) {
+        if (torch::jit::Node* reshard = gather.reshard()) reshard->destroy();
+        gather.issue()->destroy();
         ++removed;
       }
       if (!redundant.empty()) {
         torch::jit::EliminateDeadCode(graph);  // the removed gathers' operand chains
         context.diagnostics().remark(kPassName, std::to_string(redundant.size()) +
-                                                    " redundant gather(s) removed in " +
-                                                    type->name()->qualifiedName() + "::" + function->name());
+                                                    " redundant gather(s) removed in " + where);
       }
     }
   }

@@ -11,7 +11,9 @@
 // where a unit's footprint is its group's bytes plus those of every unit nested in it (their
 // gathers happen inside its calls). Units that do not fit keep their per-iteration gathers,
 // greedily in program order. Loops outside root methods are left alone: their callers' open
-// gathers are not in view, so their peak could not be bounded here.
+// gathers are not in view, so their peak could not be bounded here. A loop that may reassign a
+// submodule or a parameter (prim::SetAttr, in its body or a method it calls) keeps every
+// gather: the chains the gather reads could reach other tensors in a later iteration.
 // Assumes: inline-loop-calls and eliminate-redundant-gathers ran (gathers of the loop are in
 // this graph, none redundant). Guarantees: pairing kept (both ends move to the loop's block).
 //
@@ -22,6 +24,7 @@
 
 #include "support/fsdp_ops.h"
 #include "support/module_tree.h"
+#include "support/module_writes.h"
 
 #include <limits>
 #include <map>
@@ -35,7 +38,7 @@ constexpr const char* kPassName = "hoist-loop-gathers";
 class LoopHoister {
  public:
   LoopHoister(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph, std::string where)
-      : context_(context), plan_(plan), graph_(graph), where_(std::move(where)) {
+      : context_(context), plan_(plan), graph_(graph), gathers_(graph, "", plan), where_(std::move(where)) {
     budget_ = context.options().maxUnshardedBytes.value_or(std::numeric_limits<int64_t>::max());
   }
 
@@ -55,13 +58,6 @@ class LoopHoister {
     }
   }
 
-  const Unit* unitOf(torch::jit::Node* gather) {
-    torch::jit::Value* module = gatheredModule(gather);
-    if (!module) return nullptr;
-    auto path = pathFromSelf(module, graph_.inputs().at(0));
-    return path ? plan_.unitAt(*path) : nullptr;
-  }
-
   // The nodes of `body` that `gather` depends on, if all are invariant reads; else false.
   bool invariantOperands(torch::jit::Node* gather, torch::jit::Node* loop,
                          std::set<torch::jit::Node*>& nodes) {
@@ -71,12 +67,7 @@ class LoopHoister {
       work.pop_back();
       torch::jit::Node* producer = value->node();
       if (!isInside(producer, loop)) continue;
-      auto kind = producer->kind();
-      if (kind != c10::prim::GetAttr && kind != c10::prim::ListConstruct && kind != c10::prim::Constant &&
-          kind != c10::prim::unchecked_cast) {
-        return false;
-      }
-      if (producer->owningBlock() != loop->blocks()[0]) return false;
+      if (!isOperandRead(producer) || producer->owningBlock() != loop->blocks()[0]) return false;
       if (nodes.insert(producer).second) {
         for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
       }
@@ -93,29 +84,33 @@ class LoopHoister {
 
   int hoistFrom(torch::jit::Node* loop) {
     torch::jit::Block* body = loop->blocks()[0];
-    std::vector<torch::jit::Node*> candidates;
-    std::vector<torch::jit::Node*> inside;  // every gather in the loop, nested blocks too
-    forEachNode(body, [&](torch::jit::Node* node) {
-      if (node->kind() != ops::allGather()) return;
-      inside.push_back(node);
-      if (node->owningBlock() == body) candidates.push_back(node);
-    });
+    std::vector<GatherOp> candidates;
+    std::vector<GatherOp> inside = gathersIn(body);  // every gather in the loop, nested blocks too
+    for (const GatherOp& gather : inside) {
+      if (!gather.isSplit() && gather.issue()->owningBlock() == body) candidates.push_back(gather);
+    }
     if (candidates.empty()) return 0;
-    int64_t open = openGatheredBytesAt(loop, graph_, "", plan_);
+    if (assignments_.in(loop)) {
+      context_.diagnostics().remark(kPassName, "no gather hoisted out of a loop in " + where_ +
+                                                   ": the loop may reassign a submodule or a parameter (prim::SetAttr)");
+      return 0;
+    }
+    int64_t open = gathers_.openBytesAt(loop);
     int64_t hoistedBytes = 0;
     std::set<torch::jit::Node*> hoisted;
     auto largestLeft = [&](torch::jit::Node* skip) {
       int64_t largest = 0;
-      for (torch::jit::Node* gather : inside) {
-        if (gather == skip || hoisted.count(gather)) continue;
-        if (const Unit* unit = unitOf(gather)) largest = std::max(largest, plan_.footprintBytes(*unit));
+      for (const GatherOp& gather : inside) {
+        if (gather.issue() == skip || hoisted.count(gather.issue())) continue;
+        if (const Unit* unit = gathers_.unit(gather)) largest = std::max(largest, plan_.footprintBytes(*unit));
       }
       return largest;
     };
     int moved = 0;
-    for (torch::jit::Node* gather : candidates) {
-      const Unit* unit = unitOf(gather);
-      torch::jit::Node* reshard = reshardOf(gather);
+    for (const GatherOp& candidate : candidates) {
+      torch::jit::Node* gather = candidate.issue();
+      const Unit* unit = gathers_.unit(candidate);
+      torch::jit::Node* reshard = candidate.reshard();
       std::set<torch::jit::Node*> operands;
       if (!unit || !reshard || !invariantOperands(gather, loop, operands)) continue;
       int64_t peak = open + hoistedBytes + plan_.footprintBytes(*unit) + largestLeft(gather);
@@ -146,6 +141,8 @@ class LoopHoister {
   PassContext& context_;
   const FsdpPlan& plan_;
   torch::jit::Graph& graph_;
+  GraphGathers gathers_;
+  ModuleAssignments assignments_;
   std::string where_;
   int64_t budget_;
 };

@@ -43,7 +43,7 @@ class GatherReach {
     bool found = false;
     forEachNode(graphOf(function)->block(), [&](torch::jit::Node* node) {
       if (found) return;
-      if (node->kind() == ops::allGather()) found = true;
+      if (GatherOp::of(node)) found = true;
       if (node->kind() == c10::prim::CallMethod) {
         if (torch::jit::Function* callee = calleeOf(node)) found = reachesGather(callee);
       }

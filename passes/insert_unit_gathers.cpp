@@ -101,14 +101,13 @@ bool insertUnitGathers(PassContext& context) {
         bool onSelf = call->input(0) == graph->inputs().at(0);
         if (onSelf && callerIsForward) continue;
         if (alreadyWrapped(call)) continue;
-        torch::jit::Node* gather;
-        {
+        GatherOp gather = [&] {
           torch::jit::WithInsertPoint before(call);
-          gather = insertUnitGather(*graph, call->input(0), unit, context.options().paramDtype);
-        }
+          return insertUnitGather(*graph, call->input(0), unit, context.options().paramDtype);
+        }();
         {
           torch::jit::WithInsertPoint after(call->next());
-          insertUnitReshard(*graph, gather);
+          insertReshard(*graph, gather);
         }
         ++rewritten;
         auto relative = pathFromSelf(call->input(0), graph->inputs().at(0));

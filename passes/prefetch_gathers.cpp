@@ -8,7 +8,9 @@
 // while the static peak (units open around the pair + footprints of A and B, a unit's footprint
 // counting the units nested in it) stays within --max-unsharded-bytes, so the budget bounds
 // prefetch memory too; under a budget only root methods are prefetched, since elsewhere the
-// callers' open gathers are not in view. Runtime: the start allocates B's full buffers, so they count from then.
+// callers' open gathers are not in view. Runtime: the start allocates B's full buffers, so they
+// count from then. No prefetch across code that may reassign a submodule or a parameter
+// (prim::SetAttr, there or in a method it calls): B's operand reads would run before it.
 // Assumes: bucket-gathers ran (buckets are final); gathers paired in one block.
 // Guarantees: every wait follows its start in the same block and feeds exactly one reshard.
 //
@@ -20,6 +22,7 @@
 
 #include "support/fsdp_ops.h"
 #include "support/module_tree.h"
+#include "support/module_writes.h"
 
 #include <algorithm>
 #include <limits>
@@ -30,17 +33,11 @@ namespace {
 
 constexpr const char* kPassName = "prefetch-gathers";
 
-bool isPureRead(torch::jit::Node* node) {
-  auto kind = node->kind();
-  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
-         kind == c10::prim::unchecked_cast;
-}
-
 class Prefetcher {
  public:
   Prefetcher(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph,
              std::string representative, std::string where)
-      : context_(context), plan_(plan), graph_(graph), representative_(std::move(representative)),
+      : context_(context), plan_(plan), graph_(graph), gathers_(graph, std::move(representative), plan),
         where_(std::move(where)),
         budget_(context.options().maxUnshardedBytes.value_or(std::numeric_limits<int64_t>::max())) {}
 
@@ -60,12 +57,6 @@ class Prefetcher {
     }
   }
 
-  // The single unit a gather unshards (nullptr for a bucket or an unknown list).
-  const Unit* unitOf(torch::jit::Node* gather) {
-    auto units = unitsOfGather(gather, graph_, representative_, plan_);
-    return units.size() == 1 ? units.front() : nullptr;
-  }
-
   // The pure reads between `after` and `gather` that the gather depends on; false if it also
   // depends on anything else produced there.
   bool movableOperands(torch::jit::Node* after, torch::jit::Node* gather, std::set<torch::jit::Node*>& nodes) {
@@ -74,7 +65,7 @@ class Prefetcher {
       torch::jit::Node* producer = work.back()->node();
       work.pop_back();
       if (producer->owningBlock() != gather->owningBlock() || !after->isBefore(producer)) continue;
-      if (!isPureRead(producer)) return false;
+      if (!isOperandRead(producer)) return false;
       if (nodes.insert(producer).second) {
         for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
       }
@@ -85,25 +76,23 @@ class Prefetcher {
   // Linear in the block's nodes: the block's open gathers are tracked while walking its gathers
   // in order (a model of 1024 units is one block of 1024 gathers; bench/pass_scaling.py).
   int prefetchIn(torch::jit::Block* block) {
-    std::vector<torch::jit::Node*> gathers;  // every gather result, in order
+    std::vector<GatherOp> gathers;  // every gather of the block, in the order of its result
     for (torch::jit::Node* node : block->nodes()) {
-      if (ops::isGatherResult(node)) gathers.push_back(node);
+      if (node->kind() == ops::allGather() || node->kind() == ops::gatherWait()) gathers.push_back(*GatherOp::of(node));
     }
     if (gathers.size() < 2) return 0;
-    const int64_t outerOpen =
-        block->owningNode() ? openGatheredBytesAt(block->owningNode(), graph_, representative_, plan_) : 0;
+    const int64_t outerOpen = block->owningNode() ? gathers_.openBytesAt(block->owningNode()) : 0;
     // Gathers before `previous` not resharded yet at it. Reshards do not move, and `previous`
     // only moves forward, so one resharded before it stays closed for the rest of the walk.
     std::vector<std::pair<torch::jit::Node*, int64_t>> open;  // reshard, own bytes
     int64_t openBytes = 0;
     int split = 0;
     for (size_t i = 1; i < gathers.size(); ++i) {
-      torch::jit::Node* previous = gathers[i - 1];
-      torch::jit::Node* gather = gathers[i];
+      torch::jit::Node* previous = gathers[i - 1].result();
       if (i >= 2) {
-        torch::jit::Node* earlierReshard = reshardOf(gathers[i - 2]);
+        torch::jit::Node* earlierReshard = gathers[i - 2].reshard();
         if (earlierReshard) {
-          int64_t bytes = gatheredBytes(gathers[i - 2], graph_, representative_, plan_);
+          int64_t bytes = gathers_.bytes(gathers[i - 2]);
           open.emplace_back(earlierReshard, bytes);
           openBytes += bytes;
         }
@@ -117,11 +106,12 @@ class Prefetcher {
           ++k;
         }
       }
-      if (gather->kind() != ops::allGather()) continue;
-      torch::jit::Node* previousReshard = reshardOf(previous);
+      if (gathers[i].isSplit()) continue;
+      torch::jit::Node* gather = gathers[i].issue();
+      torch::jit::Node* previousReshard = gathers[i - 1].reshard();
       if (!previousReshard || !previousReshard->isBefore(gather)) continue;  // nested, not sequential
-      const Unit* previousUnit = unitOf(previous);
-      const Unit* unit = unitOf(gather);
+      const Unit* previousUnit = gathers_.unit(gathers[i - 1]);
+      const Unit* unit = gathers_.unit(gathers[i]);
       if (!previousUnit || !unit) continue;
       int64_t peak = outerOpen + openBytes + plan_.footprintBytes(*previousUnit) + plan_.footprintBytes(*unit);
       if (peak > budget_) {
@@ -132,6 +122,11 @@ class Prefetcher {
       }
       std::set<torch::jit::Node*> operands;
       if (!movableOperands(previous, gather, operands)) continue;
+      if (assignments_.between(previous, gather)) {
+        context_.diagnostics().remark(kPassName, "no prefetch of unit '" + displayPath(unit->path) + "' in " + where_ +
+                                                     ": the code before it may reassign a submodule or a parameter (prim::SetAttr)");
+        continue;
+      }
       std::vector<torch::jit::Node*> ordered(operands.begin(), operands.end());
       std::sort(ordered.begin(), ordered.end(),
                 [](torch::jit::Node* a, torch::jit::Node* b) { return a->isBefore(b); });
@@ -140,16 +135,7 @@ class Prefetcher {
         node->moveAfter(insertAfter);
         insertAfter = node;
       }
-      std::vector<torch::jit::Value*> inputs(gather->inputs().begin(), gather->inputs().end());
-      torch::jit::Node* start = graph_.create(ops::gatherStart(), inputs, 1);
-      start->output()->setType(c10::IntType::get());
-      start->insertAfter(insertAfter);
-      torch::jit::Node* wait = graph_.create(ops::gatherWait(), {start->output()}, 1);
-      wait->output()->setType(c10::ListType::ofTensors());
-      wait->insertBefore(gather);
-      gather->output()->replaceAllUsesWith(wait->output());
-      gather->destroy();
-      gathers[i] = wait;
+      gathers[i] = splitGather(graph_, gathers[i], insertAfter);
       ++split;
       context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' prefetched during unit '" +
                                                    displayPath(previousUnit->path) + "' in " + where_ +
@@ -161,7 +147,8 @@ class Prefetcher {
   PassContext& context_;
   const FsdpPlan& plan_;
   torch::jit::Graph& graph_;
-  std::string representative_;
+  GraphGathers gathers_;
+  ModuleAssignments assignments_;
   std::string where_;
   int64_t budget_;
 };

@@ -11,7 +11,7 @@ void registerAllPasses() {
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
     for (PassInfo pass : {specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
-                          wrapEntryMethodsPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
+                          wrapEntryMethodsPass(), checkUnshardedBudgetPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
                           reshardOnRaisePass(), verifyFsdpPass()}) {
       registry.add(std::move(pass));
@@ -28,6 +28,9 @@ std::vector<std::string> defaultPipeline() {
       // Call sites inside graphs, then the entry methods whose callers are outside TorchScript.
       insertUnitGathersPass().name,
       wrapEntryMethodsPass().name,
+      // Before scheduling: the rewrite's peak is the least any schedule can keep, so a budget
+      // below it is refused here rather than silently exceeded.
+      checkUnshardedBudgetPass().name,
       // Scheduling: bring the gathers a loop runs into its graph, drop the ones the caller's
       // gathers already cover, then gather loop-invariant units once per loop.
       inlineLoopCallsPass().name,

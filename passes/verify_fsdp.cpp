@@ -6,9 +6,14 @@
 // 2. Survival: TorchScript's own dead-code elimination keeps every fsdp:: op (their schemas are
 //    conservative, i.e. side-effecting).
 // 3. No sharded reads: walking from every entry method with the IR's own gathers, no parameter of
-//    a unit is read while the unit is sharded. Only at world sizes above 1; at 1 nothing is
-//    sharded and lint-sharded-reads has already warned.
+//    a unit is read while the unit is sharded, and none is reassigned (prim::SetAttr: the new
+//    tensor would be taken for a shard). Only at world sizes above 1; at 1 nothing is sharded
+//    and lint-sharded-reads has already warned.
+// 4. The budget: the program's static peak of unsharded bytes is within --max-unsharded-bytes
+//    (check-unsharded-budget refused a budget below the least peak; this catches a schedule
+//    that went over it).
 // Changes nothing; runs after the default pipeline and, with --verify-each, after every pass.
+#include <fsdp_opt/analysis.h>
 #include <fsdp_opt/passes.h>
 #include <fsdp_opt/pattern.h>
 
@@ -70,7 +75,8 @@ void checkPairing(const std::string& where, torch::jit::Graph& graph, Diagnostic
                                          " matching fsdp::reshard (expected exactly 1)");
       }
     } else if (node->kind() == ops::reshard()) {
-      if (!ops::isGatherResult(node->input(0)->node())) {
+      auto gather = GatherOp::of(node->input(0)->node());
+      if (!gather || gather->result() != node->input(0)->node()) {
         diagnostics.error(kPassName, where + ": an fsdp::reshard does not consume an fsdp::all_gather");
       }
     }
@@ -123,7 +129,23 @@ bool verifyFsdp(PassContext& context) {
                                        frame.method + "' of '" + displayPath(frame.modulePath) +
                                        "' (entry method '" + read.stack.front().method + "')");
     };
+    observer.onParamWrite = [&](const ParamWrite& write) {
+      if (!write.unit) return;
+      const Frame& frame = write.stack.back();
+      diagnostics.error(kPassName, "method '" + frame.method + "' of '" + displayPath(frame.modulePath) +
+                                       "' assigns parameter '" + write.paramPath + "' of unit '" +
+                                       displayPath(write.unit->path) +
+                                       "' (prim::SetAttr): fsdp-opt cannot shard a parameter the model reassigns");
+    };
     walkFromEntryMethods(context.module(), *plan, GatherModel::ExplicitOps, observer);
+  }
+  auto budget = context.options().maxUnshardedBytes;
+  if (plan && budget) {
+    UnshardedPeak peak = staticUnshardedPeak(context.module(), *plan);
+    if (peak.bytes > *budget) {
+      diagnostics.error(kPassName, "the program holds " + describePeak(peak) + ", over --max-unsharded-bytes=" +
+                                       std::to_string(*budget));
+    }
   }
   return false;
 }

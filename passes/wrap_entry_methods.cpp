@@ -89,9 +89,9 @@ bool wrapEntryMethods(PassContext& context) {
       bool registered = rootUnit && rootUnit->hasForwardMethod(function->name());
       if (registered || reader != readers.end()) {
         torch::jit::WithInsertPoint afterCheck(check->next());
-        torch::jit::Node* gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
+        GatherOp gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
         torch::jit::WithInsertPoint atEnd(body->return_node());
-        insertUnitReshard(*graph, gather);
+        insertReshard(*graph, gather);
         context.diagnostics().remark(
             kPassName, "entry method " + function->name() + " wrapped in the root unit's gather/reshard" +
                            (registered ? "" : " (not a forward method, but reads parameter '" + reader->second +

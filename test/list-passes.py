@@ -4,6 +4,7 @@
 # RUN: %python -m lit_helpers run fsdp-opt --list-passes | FileCheck %s --match-full-lines
 # CHECK:      [stdout]
 # CHECK-NEXT: bucket-gathers {{[^ ].+}}
+# CHECK-NEXT: check-unsharded-budget {{[^ ].+}}
 # CHECK-NEXT: eliminate-redundant-gathers {{[^ ].+}}
 # CHECK-NEXT: hoist-loop-gathers {{[^ ].+}}
 # CHECK-NEXT: inline-loop-calls {{[^ ].+}}

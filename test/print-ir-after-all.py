@@ -10,6 +10,7 @@
 # CHECK: // *** IR after lint-sharded-reads ***
 # CHECK: // *** IR after insert-unit-gathers ***
 # CHECK: // *** IR after wrap-entry-methods ***
+# CHECK: // *** IR after check-unsharded-budget ***
 # CHECK: // *** IR after inline-loop-calls ***
 # CHECK: // *** IR after eliminate-redundant-gathers ***
 # CHECK: // *** IR after hoist-loop-gathers ***

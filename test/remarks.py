@@ -1,6 +1,6 @@
 # --remarks: one line per decision on stderr, `remark: [origin] ...`: each unit found (with its
 # type and forward methods), each call site rewritten, each entry method wrapped, each no-op
-# registration, tied and 0-dim parameters; without the flag there are none (and stdout is the
+# registration, tied and 0-dim parameters, the least peak of unsharded bytes; without the flag there are none (and stdout is the
 # same either way).
 #
 # RUN: rm -rf %t && mkdir -p %t
@@ -14,6 +14,7 @@
 # CHECK-NEXT: remark: [insert-unit-gathers] call site rewritten: unit 'outer' method forward in __torch__.NestedUnits::forward
 # CHECK-NEXT: remark: [insert-unit-gathers] call site rewritten: unit 'outer.inner' method forward in __torch__.Outer::forward
 # CHECK-NEXT: remark: [wrap-entry-methods] entry method forward wrapped in the root unit's gather/reshard
+# CHECK-NEXT: remark: [check-unsharded-budget] least peak of unsharded parameters: 1152 bytes in entry method 'forward', units '.' (288 bytes), 'outer' (576 bytes), 'outer.inner' (288 bytes) unsharded together
 #
 # RUN: %python -m lit_helpers run fsdp-opt %t/in.pt --fsdp-unit=. --forward-method=head:forward \
 # RUN:   | FileCheck %s --check-prefix=QUIET --match-full-lines

@@ -33,4 +33,15 @@ std::vector<std::pair<std::string, std::string>> transformStatistics(
     const torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
     const std::vector<std::pair<std::string, std::string>>& passStatistics);
 
+// The most unsharded parameter bytes the module holds at once over any call of a root method,
+// as its IR says (gathers, waits, and started gathers in flight): where, and which units.
+struct UnshardedPeak {
+  int64_t bytes = 0;
+  std::string entryMethod;         // the root method whose call reaches it
+  std::vector<const Unit*> units;  // unsharded or in flight together there, by path
+};
+UnshardedPeak staticUnshardedPeak(const torch::jit::Module& module, const FsdpPlan& plan);
+// "448 bytes in entry method 'forward', units '.' (160 bytes), 'blocks.0' (288 bytes) unsharded together"
+std::string describePeak(const UnshardedPeak& peak);
+
 }  // namespace fsdp_opt

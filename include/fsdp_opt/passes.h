@@ -28,6 +28,11 @@ PassInfo insertUnitGathersPass();
 bool wrapEntryMethods(PassContext& context);
 PassInfo wrapEntryMethodsPass();
 
+// check-unsharded-budget: fails when --max-unsharded-bytes is below the least peak of
+// unsharded bytes any schedule of the rewrite can keep, naming that peak and what needs it.
+bool checkUnshardedBudget(PassContext& context);
+PassInfo checkUnshardedBudgetPass();
+
 // inline-loop-calls: inlines, into loop bodies, method calls that reach an fsdp::all_gather.
 bool inlineLoopCalls(PassContext& context);
 PassInfo inlineLoopCallsPass();

@@ -1,11 +1,12 @@
 #include "fsdp_ops.h"
 
-#include <algorithm>
-
 #include "module_tree.h"
 
 #include <fsdp_opt/pattern.h>
 
+#include <torch/csrc/jit/ir/constants.h>
+
+#include <algorithm>
 
 namespace fsdp_opt {
 
@@ -16,9 +17,6 @@ c10::Symbol checkRank() { return c10::Symbol::fromQualString("fsdp::check_rank")
 c10::Symbol releaseAll() { return c10::Symbol::fromQualString("fsdp::release_all"); }
 c10::Symbol gatherStart() { return c10::Symbol::fromQualString("fsdp::all_gather_start"); }
 c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_wait"); }
-bool isGatherResult(const torch::jit::Node* node) {
-  return node->kind() == allGather() || node->kind() == gatherWait();
-}
 bool isFsdpOp(const torch::jit::Node* node) {
   return std::string(node->kind().ns().toUnqualString()) == "fsdp";
 }
@@ -38,8 +36,75 @@ void addUnitPathAttributes(torch::jit::Module& root, const FsdpPlan& plan) {
   }
 }
 
-torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule,
-                                   const Unit& unit, std::optional<c10::ScalarType> paramDtype) {
+// ---- GatherOp --------------------------------------------------------------------------------
+
+std::optional<GatherOp> GatherOp::of(torch::jit::Node* node) {
+  if (node->kind() == ops::allGather()) return GatherOp(node, node);
+  if (node->kind() == ops::gatherWait()) return GatherOp(node->input(0)->node(), node);
+  if (node->kind() == ops::gatherStart()) {
+    for (const torch::jit::Use& use : node->output()->uses()) {
+      if (use.user->kind() == ops::gatherWait()) return GatherOp(node, use.user);
+    }
+    return GatherOp(node, nullptr);
+  }
+  return std::nullopt;
+}
+
+torch::jit::Node* GatherOp::reshard() const {
+  if (!result_) return nullptr;
+  for (const torch::jit::Use& use : result_->output()->uses()) {
+    if (use.user->kind() == ops::reshard()) return use.user;
+  }
+  return nullptr;
+}
+
+std::vector<torch::jit::Value*> GatherOp::paramReads() const {
+  std::vector<torch::jit::Value*> reads;
+  torch::jit::Node* list = paramList()->node();
+  if (list->kind() != c10::prim::ListConstruct) return reads;
+  for (torch::jit::Value* element : list->inputs()) {
+    if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);
+    reads.push_back(element);
+  }
+  return reads;
+}
+
+torch::jit::Value* GatherOp::unitModule() const {
+  torch::jit::Node* name = unitName()->node();
+  if (name->kind() != c10::prim::GetAttr || name->s(c10::attr::name) != kUnitPathAttr) return nullptr;
+  return name->input(0);
+}
+
+std::vector<GatherOp> gathersIn(torch::jit::Block* block) {
+  std::vector<GatherOp> gathers;
+  forEachNode(block, [&](torch::jit::Node* node) {
+    // A split gather is listed once, at its start.
+    if (node->kind() == ops::allGather() || node->kind() == ops::gatherStart()) gathers.push_back(*GatherOp::of(node));
+  });
+  return gathers;
+}
+
+bool isOperandRead(const torch::jit::Node* node) {
+  auto kind = node->kind();
+  return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
+         kind == c10::prim::unchecked_cast;
+}
+
+// ---- builders --------------------------------------------------------------------------------
+
+namespace {
+
+// An all_gather of ready operands, at the insertion point.
+GatherOp insertAllGather(torch::jit::Graph& graph, std::vector<torch::jit::Value*> operands) {
+  torch::jit::Node* gather = graph.insertNode(graph.create(ops::allGather(), operands, 1));
+  gather->output()->setType(c10::ListType::ofTensors());
+  return *GatherOp::of(gather);
+}
+
+}  // namespace
+
+GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule, const Unit& unit,
+                          std::optional<c10::ScalarType> paramDtype) {
   std::vector<torch::jit::Value*> params;
   std::vector<int64_t> fullRows;
   for (const auto& param : unit.params) {
@@ -59,39 +124,69 @@ torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* 
   auto* rows = graph.insertConstant(c10::IValue(fullRows));
   std::vector<torch::jit::Value*> operands{list, rows, unitPath};
   if (paramDtype) operands.push_back(graph.insertConstant(c10::IValue(static_cast<int64_t>(*paramDtype))));
-  auto* gather = graph.insertNode(graph.create(ops::allGather(), operands, 1));
-  gather->output()->setType(c10::ListType::ofTensors());
-  return gather;
+  return insertAllGather(graph, operands);
 }
 
-torch::jit::Node* insertUnitReshard(torch::jit::Graph& graph, torch::jit::Node* gather) {
-  return graph.insertNode(graph.create(ops::reshard(), {gather->output(), gather->input(2)}, 0));
+torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather) {
+  return graph.insertNode(graph.create(ops::reshard(), {gather.result()->output(), gather.unitName()}, 0));
 }
 
-}  // namespace fsdp_opt
-
-namespace fsdp_opt {
-
-torch::jit::Node* reshardOf(torch::jit::Node* gather) {
-  for (const torch::jit::Use& use : gather->output()->uses()) {
-    if (use.user->kind() == ops::reshard()) return use.user;
+GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second) {
+  std::vector<torch::jit::Value*> params;
+  std::vector<int64_t> rows;
+  for (const GatherOp* gather : {&first, &second}) {
+    for (torch::jit::Value* param : gather->paramList()->node()->inputs()) params.push_back(param);
+    for (int64_t r : torch::jit::toIValue(gather->fullRows())->toIntVector()) rows.push_back(r);
   }
-  return nullptr;
-}
-
-torch::jit::Value* gatheredModule(torch::jit::Node* gather) {
-  torch::jit::Node* unitPath = gather->input(2)->node();
-  if (unitPath->kind() != c10::prim::GetAttr || unitPath->s(c10::attr::name) != kUnitPathAttr) return nullptr;
-  return unitPath->input(0);
-}
-
-std::string moduleChainKey(torch::jit::Value* module) {
-  std::string path;
-  while (module->node()->kind() == c10::prim::GetAttr) {
-    path = "." + module->node()->s(c10::attr::name) + path;
-    module = module->node()->input(0);
+  torch::jit::Node* firstReshard = first.reshard();
+  torch::jit::Node* secondReshard = second.reshard();
+  torch::jit::Node* lastReshard = firstReshard->isBefore(secondReshard) ? secondReshard : firstReshard;
+  GatherOp merged = [&] {
+    torch::jit::WithInsertPoint at(second.issue());
+    auto* list = graph.insertNode(graph.createList(c10::TensorType::get(), params))->output();
+    auto* rowsValue = graph.insertConstant(c10::IValue(rows));
+    auto* separator = graph.insertConstant(c10::IValue(std::string(", ")));
+    auto* names = graph.insertNode(graph.createList(c10::StringType::get(), {first.unitName(), second.unitName()}))->output();
+    auto* unitNames = graph.insert(c10::Symbol::fromQualString("aten::join"), {separator, names});
+    std::vector<torch::jit::Value*> operands{list, rowsValue, unitNames};
+    if (first.paramDtype()) operands.push_back(first.paramDtype());
+    return insertAllGather(graph, operands);
+  }();
+  {
+    torch::jit::WithInsertPoint at(lastReshard);
+    insertReshard(graph, merged);
   }
-  return "%" + std::to_string(module->unique()) + path;
+  firstReshard->destroy();
+  secondReshard->destroy();
+  second.issue()->destroy();
+  first.issue()->destroy();
+  return merged;
+}
+
+GatherOp splitGather(torch::jit::Graph& graph, const GatherOp& gather, torch::jit::Node* startAfter) {
+  torch::jit::Node* allGather = gather.issue();
+  std::vector<torch::jit::Value*> operands(allGather->inputs().begin(), allGather->inputs().end());
+  torch::jit::Node* start = graph.create(ops::gatherStart(), operands, 1);
+  start->output()->setType(c10::IntType::get());
+  start->insertAfter(startAfter);
+  torch::jit::Node* wait = graph.create(ops::gatherWait(), {start->output()}, 1);
+  wait->output()->setType(c10::ListType::ofTensors());
+  wait->insertBefore(allGather);
+  allGather->output()->replaceAllUsesWith(wait->output());
+  allGather->destroy();
+  return *GatherOp::of(wait);
+}
+
+// ---- units -----------------------------------------------------------------------------------
+
+std::vector<const Unit*> unitsOf(const GatherOp& gather, const FsdpPlan& plan, const ParamPathOf& pathOf) {
+  std::vector<const Unit*> units;
+  for (torch::jit::Value* read : gather.paramReads()) {
+    auto path = pathOf(read);
+    const Unit* unit = path ? plan.unitOfParam(*path) : nullptr;
+    if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+  }
+  return units;
 }
 
 std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self) {
@@ -105,42 +200,42 @@ std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Va
   return path;
 }
 
-std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Graph& graph,
-                                       const std::string& representative, const FsdpPlan& plan) {
-  std::vector<const Unit*> units;
-  torch::jit::Node* operands = gather->kind() == ops::gatherWait() ? gather->input(0)->node() : gather;
-  torch::jit::Node* list = operands->input(0)->node();
-  if (list->kind() != c10::prim::ListConstruct) return units;
-  for (torch::jit::Value* element : list->inputs()) {
-    if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);
-    if (element->node()->kind() != c10::prim::GetAttr) continue;
-    auto owner = pathFromSelf(element->node()->input(0), graph.inputs().at(0));
-    if (!owner) continue;
-    const Unit* unit = plan.unitOfParam(joinPath(joinPath(representative, *owner), element->node()->s(c10::attr::name)));
-    if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
-  }
-  return units;
+GraphGathers::GraphGathers(torch::jit::Graph& graph, std::string representative, const FsdpPlan& plan)
+    : graph_(graph), representative_(std::move(representative)), plan_(plan) {}
+
+std::vector<const Unit*> GraphGathers::units(const GatherOp& gather) const {
+  torch::jit::Value* self = graph_.inputs().at(0);
+  return unitsOf(gather, plan_, [&](torch::jit::Value* read) -> std::optional<std::string> {
+    if (read->node()->kind() != c10::prim::GetAttr) return std::nullopt;
+    auto owner = pathFromSelf(read->node()->input(0), self);
+    if (!owner) return std::nullopt;
+    return joinPath(joinPath(representative_, *owner), read->node()->s(c10::attr::name));
+  });
 }
 
-int64_t gatheredBytes(torch::jit::Node* gather, torch::jit::Graph& graph,
-                      const std::string& representative, const FsdpPlan& plan) {
-  int64_t bytes = 0;
-  for (const Unit* unit : unitsOfGather(gather, graph, representative, plan)) bytes += unit->bytes();
-  return bytes;
+const Unit* GraphGathers::unit(const GatherOp& gather) const {
+  auto found = units(gather);
+  return found.size() == 1 ? found.front() : nullptr;
 }
 
-int64_t openGatheredBytesAt(torch::jit::Node* anchor, torch::jit::Graph& graph,
-                            const std::string& representative, const FsdpPlan& plan) {
-  int64_t bytes = 0;
+int64_t GraphGathers::bytes(const GatherOp& gather) const {
+  int64_t total = 0;
+  for (const Unit* unit : units(gather)) total += unit->bytes();
+  return total;
+}
+
+int64_t GraphGathers::openBytesAt(torch::jit::Node* anchor) const {
+  int64_t total = 0;
   for (torch::jit::Node* at = anchor; at; at = at->owningBlock()->owningNode()) {
     for (torch::jit::Node* node : at->owningBlock()->nodes()) {
       if (node == at) break;
-      if (!ops::isGatherResult(node)) continue;
-      torch::jit::Node* reshard = reshardOf(node);
-      if (reshard && at->isBefore(reshard)) bytes += gatheredBytes(node, graph, representative, plan);
+      if (node->kind() != ops::allGather() && node->kind() != ops::gatherWait()) continue;
+      GatherOp gather = *GatherOp::of(node);
+      torch::jit::Node* reshard = gather.reshard();
+      if (reshard && at->isBefore(reshard)) total += bytes(gather);
     }
   }
-  return bytes;
+  return total;
 }
 
 }  // namespace fsdp_opt

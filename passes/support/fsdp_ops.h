@@ -1,4 +1,7 @@
-// Names and builders of the fsdp:: ops as the passes insert them (docs/design.md lists schemas).
+// The fsdp:: ops as the passes see them: names, one model of a gather (its forms, its named
+// operands, the units and bytes it covers) and the builders that make and reshape gathers.
+// The op schemas are in docs/design.md; their operand positions are written here and nowhere
+// else.
 #pragma once
 
 #include <fsdp_opt/plan.h>
@@ -6,8 +9,10 @@
 #include <torch/csrc/jit/api/module.h>
 #include <torch/csrc/jit/ir/ir.h>
 
+#include <functional>
 #include <optional>
 #include <string>
+#include <vector>
 
 namespace fsdp_opt {
 
@@ -18,8 +23,6 @@ c10::Symbol checkRank();     // fsdp::check_rank
 c10::Symbol releaseAll();    // fsdp::release_all
 c10::Symbol gatherStart();   // fsdp::all_gather_start
 c10::Symbol gatherWait();    // fsdp::all_gather_wait
-// all_gather, or the all_gather_wait that completes a split gather: what a reshard consumes.
-bool isGatherResult(const torch::jit::Node* node);
 bool isFsdpOp(const torch::jit::Node* node);
 }  // namespace ops
 
@@ -32,40 +35,94 @@ constexpr const char* kManifestHashAttr = "_fsdp_manifest_sha256";  // on the ro
 // Registers `_fsdp_unit_path` on every unit instance (idempotent).
 void addUnitPathAttributes(torch::jit::Module& root, const FsdpPlan& plan);
 
-// At the graph's insertion point: reads the unit's group through prim::GetAttr chains from
-// `unitModule`, and gathers it with one fsdp::all_gather. Returns the gather node.
-// With `paramDtype`, the gather's optional fourth operand asks for full parameters in that dtype.
-torch::jit::Node* insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule,
-                                   const Unit& unit,
-                                   std::optional<c10::ScalarType> paramDtype = std::nullopt);
-// At the graph's insertion point: the reshard matching `gather`.
-torch::jit::Node* insertUnitReshard(torch::jit::Graph& graph, torch::jit::Node* gather);
+// One gather, whichever IR form it has: an fsdp::all_gather, or the fsdp::all_gather_start /
+// fsdp::all_gather_wait pair prefetch-gathers splits one into. Both forms take the same
+// operands: the parameter list, their full dim-0 sizes, the unit name(s) and an optional dtype.
+class GatherOp {
+ public:
+  // The gather `node` is part of (any of the three ops), or nullopt.
+  static std::optional<GatherOp> of(torch::jit::Node* node);
 
-// The reshard consuming a gather's output, or nullptr.
-torch::jit::Node* reshardOf(torch::jit::Node* gather);
-// The module value a single-unit gather unshards (the object its unit path is read from), or
-// nullptr for a bucket of several units.
-torch::jit::Value* gatheredModule(torch::jit::Node* gather);
-// Names the module a value denotes by its prim::GetAttr chain from a root value, so that two
-// separate chains to one submodule (e.g. after inlining) get the same key.
-std::string moduleChainKey(torch::jit::Value* module);
+  // Where the collective is issued: the all_gather, or the start of a split gather.
+  torch::jit::Node* issue() const { return issue_; }
+  // What the reshard consumes, the unsharded list: the all_gather, or the wait (nullptr for a
+  // start whose wait is missing, which verify-fsdp reports).
+  torch::jit::Node* result() const { return result_; }
+  bool isSplit() const { return issue_ != result_; }
+  torch::jit::Node* reshard() const;  // the reshard of the result, or nullptr
+
+  torch::jit::Value* paramList() const { return issue_->input(kParams); }
+  // The list's elements, each a prim::GetAttr of a parameter (Optional ones unwrapped from
+  // their prim::unchecked_cast); empty when the list is not a prim::ListConstruct.
+  std::vector<torch::jit::Value*> paramReads() const;
+  torch::jit::Value* fullRows() const { return issue_->input(kFullRows); }
+  torch::jit::Value* unitName() const { return issue_->input(kUnitName); }
+  torch::jit::Value* paramDtype() const {  // nullptr when the gather keeps the params' dtype
+    return issue_->inputs().size() > kParamDtype ? issue_->input(kParamDtype) : nullptr;
+  }
+  // The module value whose `_fsdp_unit_path` names the gather: set for one unit's gather, nullptr
+  // for a bucket (whose name is computed).
+  torch::jit::Value* unitModule() const;
+
+ private:
+  GatherOp(torch::jit::Node* issue, torch::jit::Node* result) : issue_(issue), result_(result) {}
+  static constexpr size_t kParams = 0, kFullRows = 1, kUnitName = 2, kParamDtype = 3;
+  torch::jit::Node* issue_;
+  torch::jit::Node* result_;
+};
+
+// The gathers a graph holds, in node order, nested blocks included.
+std::vector<GatherOp> gathersIn(torch::jit::Block* block);
+
+// A node that only reads what a gather takes as operands (prim::GetAttr chains, the lists and
+// constants built from them): such nodes may move with their gather.
+bool isOperandRead(const torch::jit::Node* node);
+
+// --- Builders. Each inserts at the graph's insertion point unless it says otherwise. ---
+
+// Reads the unit's group through prim::GetAttr chains from `unitModule` and gathers it with one
+// fsdp::all_gather; with `paramDtype`, full parameters in that dtype.
+GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModule, const Unit& unit,
+                          std::optional<c10::ScalarType> paramDtype = std::nullopt);
+// The reshard of `gather`.
+torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather);
+// One all_gather of both gathers' parameters (named "a, b"), where `second` was, and one reshard
+// where the later of theirs was; both originals are removed. Their dtypes must agree.
+GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second);
+// An all_gather split into a start right after `startAfter` (same block, before the gather)
+// and a wait where the gather was.
+GatherOp splitGather(torch::jit::Graph& graph, const GatherOp& gather, torch::jit::Node* startAfter);
+
+// --- Which units a gather covers. ---
+
+// Resolves a value read by prim::GetAttr to the path of the attribute slot it reads
+// ("blocks.0.fc.weight"), or nullopt when unknown.
+using ParamPathOf = std::function<std::optional<std::string>(torch::jit::Value*)>;
+// The units whose parameters the gather unshards, in list order, each once: one, or several
+// for a bucket.
+std::vector<const Unit*> unitsOf(const GatherOp& gather, const FsdpPlan& plan, const ParamPathOf& pathOf);
+
 // The path of a module value reached from `self` through prim::GetAttr nodes, relative to self.
 std::optional<std::string> pathFromSelf(torch::jit::Value* value, torch::jit::Value* self);
 
-// The units whose parameters a gather (all_gather, all_gather_start or the wait of one) unshards,
-// found from its parameter list: one unit, or several for a bucket. `representative` is the
-// path of an instance of the graph's class type, for graphs of non-root types.
-std::vector<const Unit*> unitsOfGather(torch::jit::Node* gather, torch::jit::Graph& graph,
-                                       const std::string& representative, const FsdpPlan& plan);
+// The gathers of one method graph of a class type, resolved against the plan. `representative`
+// is the path of an instance of the type: specialize-unit-types made unit-ness a function of
+// the type, and parameters are read through prim::GetAttr chains from the graph's `self`.
+class GraphGathers {
+ public:
+  GraphGathers(torch::jit::Graph& graph, std::string representative, const FsdpPlan& plan);
+  std::vector<const Unit*> units(const GatherOp& gather) const;
+  const Unit* unit(const GatherOp& gather) const;  // the single unit, or nullptr (bucket, unknown)
+  int64_t bytes(const GatherOp& gather) const;     // its units' own bytes
+  // Bytes of the gathers still open where `anchor` runs: in anchor's block and each block
+  // enclosing it up to the graph's top, gather results before the node on the way to `anchor`
+  // whose reshard comes after it. Linear in the nodes before `anchor`.
+  int64_t openBytesAt(torch::jit::Node* anchor) const;
 
-// Bytes of the groups a gather unshards (several units for a bucket), as unitsOfGather finds them.
-int64_t gatheredBytes(torch::jit::Node* gather, torch::jit::Graph& graph,
-                      const std::string& representative, const FsdpPlan& plan);
-// Bytes of the gathers still open where `anchor` runs: in anchor's block and in each block
-// enclosing it up to the graph's top one, the gather results (all_gather or all_gather_wait)
-// that come before the node on the way to `anchor` and are resharded after it. Linear in the
-// nodes before `anchor`; a pass walking many anchors of one block tracks its own block instead.
-int64_t openGatheredBytesAt(torch::jit::Node* anchor, torch::jit::Graph& graph,
-                            const std::string& representative, const FsdpPlan& plan);
+ private:
+  torch::jit::Graph& graph_;
+  std::string representative_;
+  const FsdpPlan& plan_;
+};
 
 }  // namespace fsdp_opt

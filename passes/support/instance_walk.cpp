@@ -12,7 +12,21 @@
 namespace fsdp_opt {
 namespace {
 
-using Unsharded = std::map<const Unit*, int>;  // unit -> gather depth
+using Counts = std::map<const Unit*, int>;  // unit -> depth; a unit back at zero leaves the map
+
+// What is unsharded at a point of the walk. It is copied into every call and nested block, so it
+// holds only what is open, never every unit ever gathered.
+struct UnitState {
+  Counts unsharded;  // gathered (all_gather, or a start's wait), not resharded yet
+  Counts inFlight;   // started, not waited for yet: their full buffers already exist
+
+  bool isUnsharded(const Unit* unit) const { return unsharded.count(unit) > 0; }
+};
+
+void release(Counts& counts, const Unit* unit) {
+  auto open = counts.find(unit);
+  if (open != counts.end() && --open->second <= 0) counts.erase(open);
+}
 
 // A parameter read whose value only goes into lists consumed by fsdp:: ops: the operands of a
 // gather or reshard, which handle the shard themselves.
@@ -38,127 +52,145 @@ class Walker {
 
   void walkEntry(const std::string& method) {
     visited_.clear();
-    Unsharded unsharded;
+    UnitState state;
     const Unit* rootUnit = plan_.unitAt("");
     if (model_ == GatherModel::EagerHooks && rootUnit && rootUnit->hasForwardMethod(method)) {
-      unsharded[rootUnit] = 1;
+      state.unsharded[rootUnit] = 1;
     }
-    walkMethod("", method, unsharded, 0);
+    walkMethod("", method, state, 0);
   }
 
  private:
   struct Scope {
     std::map<torch::jit::Value*, std::string> modules;  // value -> instance path
     std::map<torch::jit::Value*, std::string> params;   // value -> parameter path
-    std::map<torch::jit::Value*, std::vector<const Unit*>> gathers;  // all_gather output -> units
+    std::map<torch::jit::Node*, std::vector<const Unit*>> gathers;  // issue node -> units
   };
 
-  static std::string key(const std::string& path, const std::string& method,
-                         const Unsharded& unsharded, int loopDepth) {
+  static std::string key(const std::string& path, const std::string& method, const UnitState& state,
+                         int loopDepth) {
     std::string k = path + "::" + method + "|" + std::to_string(loopDepth > 0);
-    for (const auto& [unit, depth] : unsharded) {
-      if (depth > 0) k += "|" + unit->path;
-    }
+    for (const auto& [unit, depth] : state.unsharded) k += "|" + unit->path;
+    k += "|>";
+    for (const auto& [unit, depth] : state.inFlight) k += "|" + unit->path;
     return k;
   }
 
-  void walkMethod(const std::string& path, const std::string& method, Unsharded unsharded,
-                  int loopDepth) {
+  void walkMethod(const std::string& path, const std::string& method, UnitState state, int loopDepth) {
     auto module = index_.find(path);
     if (!module) return;
     auto found = module->find_method(method);
     if (!found) return;
-    if (!visited_.insert(key(path, method, unsharded, loopDepth)).second) return;
+    if (!visited_.insert(key(path, method, state, loopDepth)).second) return;
     stack_.push_back({path, method});
     auto graph = found->graph();
     Scope scope;
     scope.modules[graph->inputs().at(0)] = path;
-    walkBlock(graph->block(), scope, unsharded, loopDepth);
+    walkBlock(graph->block(), scope, state, loopDepth);
     stack_.pop_back();
   }
 
-  void walkBlock(torch::jit::Block* block, Scope& scope, Unsharded& unsharded, int loopDepth) {
+  void walkBlock(torch::jit::Block* block, Scope& scope, UnitState& state, int loopDepth) {
     for (torch::jit::Node* node : block->nodes()) {
-      if (node->kind() == c10::prim::GetAttr) {
-        visitGetAttr(node, scope, unsharded);
-      } else if (node->kind() == c10::prim::CallMethod) {
-        visitCall(node, scope, unsharded, loopDepth);
-      } else if (model_ == GatherModel::ExplicitOps && ops::isGatherResult(node)) {
-        visitGather(node, scope, unsharded, loopDepth);
-      } else if (model_ == GatherModel::ExplicitOps && node->kind() == ops::reshard()) {
-        auto gather = scope.gathers.find(node->input(0));
-        if (gather != scope.gathers.end()) {
-          // A unit back at zero leaves the map: it is copied into every call and nested block,
-          // and must stay as small as what is open (not every unit ever gathered).
-          for (const Unit* unit : gather->second) {
-            auto open = unsharded.find(unit);
-            if (open != unsharded.end() && --open->second <= 0) unsharded.erase(open);
-          }
+      auto kind = node->kind();
+      if (kind == c10::prim::GetAttr) {
+        visitGetAttr(node, scope, state);
+      } else if (kind == c10::prim::SetAttr) {
+        visitSetAttr(node, scope);
+      } else if (kind == c10::prim::CallMethod) {
+        visitCall(node, scope, state, loopDepth);
+      } else if (model_ == GatherModel::ExplicitOps && GatherOp::of(node)) {
+        visitGather(*GatherOp::of(node), node, scope, state, loopDepth);
+      } else if (model_ == GatherModel::ExplicitOps && kind == ops::reshard()) {
+        auto gather = GatherOp::of(node->input(0)->node());
+        auto units = gather ? scope.gathers.find(gather->issue()) : scope.gathers.end();
+        if (units != scope.gathers.end()) {
+          for (const Unit* unit : units->second) release(state.unsharded, unit);
         }
       }
-      int nestedDepth = loopDepth + (node->kind() == c10::prim::Loop ? 1 : 0);
+      int nestedDepth = loopDepth + (kind == c10::prim::Loop ? 1 : 0);
       for (torch::jit::Block* nested : node->blocks()) {
-        Unsharded branch = unsharded;
+        UnitState branch = state;
         walkBlock(nested, scope, branch, nestedDepth);
       }
     }
   }
 
-  void visitGetAttr(torch::jit::Node* node, Scope& scope, const Unsharded& unsharded) {
+  // The module path a module-typed value denotes and the slot `node` reads or writes on it.
+  std::optional<std::pair<std::string, size_t>> slotOf(torch::jit::Node* node, Scope& scope) {
     auto owner = scope.modules.find(node->input(0));
-    if (owner == scope.modules.end()) return;
-    auto module = index_.find(owner->second);
-    const std::string& field = node->s(c10::attr::name);
-    auto type = module->type();
-    auto slot = type->findAttributeSlot(field);
-    if (!slot) return;
-    std::string path = joinPath(owner->second, field);
-    if (type->getAttribute(*slot)->cast<c10::ClassType>() &&
-        type->getAttribute(*slot)->cast<c10::ClassType>()->is_module()) {
-      scope.modules[node->output()] = path;
-      return;
-    }
-    if (!type->is_parameter(*slot)) return;
-    scope.params[node->output()] = path;
-    if (onlyFeedsFsdpOps(node->output())) return;  // the gather's own operand list
-    const Unit* unit = plan_.unitOfParam(path);
-    bool isUnsharded = unit && unsharded.count(unit) && unsharded.at(unit) > 0;
-    if (observer_.onParamRead) observer_.onParamRead({path, unit, isUnsharded, node, stack_});
+    if (owner == scope.modules.end()) return std::nullopt;
+    auto slot = index_.find(owner->second)->type()->findAttributeSlot(node->s(c10::attr::name));
+    if (!slot) return std::nullopt;
+    return std::make_pair(joinPath(owner->second, node->s(c10::attr::name)), *slot);
   }
 
-  void visitCall(torch::jit::Node* node, Scope& scope, const Unsharded& unsharded, int loopDepth) {
+  void visitGetAttr(torch::jit::Node* node, Scope& scope, const UnitState& state) {
+    auto slot = slotOf(node, scope);
+    if (!slot) return;
+    auto type = index_.find(scope.modules.at(node->input(0)))->type();
+    auto attribute = type->getAttribute(slot->second)->cast<c10::ClassType>();
+    if (attribute && attribute->is_module()) {
+      scope.modules[node->output()] = slot->first;
+      return;
+    }
+    if (!type->is_parameter(slot->second)) return;
+    scope.params[node->output()] = slot->first;
+    if (onlyFeedsFsdpOps(node->output())) return;  // the gather's own operand list
+    const Unit* unit = plan_.unitOfParam(slot->first);
+    if (observer_.onParamRead) observer_.onParamRead({slot->first, unit, unit && state.isUnsharded(unit), node, stack_});
+  }
+
+  void visitSetAttr(torch::jit::Node* node, Scope& scope) {
+    auto slot = slotOf(node, scope);
+    if (!slot || !index_.find(scope.modules.at(node->input(0)))->type()->is_parameter(slot->second)) return;
+    if (observer_.onParamWrite) observer_.onParamWrite({slot->first, plan_.unitOfParam(slot->first), node, stack_});
+  }
+
+  void visitCall(torch::jit::Node* node, Scope& scope, const UnitState& state, int loopDepth) {
     auto callee = scope.modules.find(node->input(0));
     if (callee == scope.modules.end()) return;
     const std::string& method = node->s(c10::attr::name);
-    Unsharded inside = unsharded;
+    UnitState inside = state;
     if (model_ == GatherModel::EagerHooks) {
       const Unit* unit = plan_.unitAt(callee->second);
-      if (unit && unit->hasForwardMethod(method)) ++inside[unit];
+      if (unit && unit->hasForwardMethod(method)) ++inside.unsharded[unit];
     }
     walkMethod(callee->second, method, inside, loopDepth);
   }
 
-  // A gather unshards every unit whose parameters are in its list (several for a bucket).
-  void visitGather(torch::jit::Node* node, Scope& scope, Unsharded& unsharded, int loopDepth) {
-    std::vector<const Unit*> units;
-    // A split gather's parameters are the operands of the start its wait completes.
-    torch::jit::Node* operands = node->kind() == ops::gatherWait() ? node->input(0)->node() : node;
-    torch::jit::Node* list = operands->input(0)->node();
-    if (list->kind() == c10::prim::ListConstruct) {
-      for (torch::jit::Value* element : list->inputs()) {
-        if (element->node()->kind() == c10::prim::unchecked_cast) element = element->node()->input(0);
-        auto param = scope.params.find(element);
-        const Unit* unit = param == scope.params.end() ? nullptr : plan_.unitOfParam(param->second);
-        if (unit && std::find(units.begin(), units.end(), unit) == units.end()) units.push_back(unit);
+  // A gather unshards every unit whose parameters are in its list (several for a bucket): an
+  // all_gather at once, a split one at its wait, with its buffers in flight from its start.
+  void visitGather(const GatherOp& gather, torch::jit::Node* node, Scope& scope, UnitState& state, int loopDepth) {
+    if (node == gather.issue()) {
+      scope.gathers[node] = unitsOf(gather, plan_, [&](torch::jit::Value* read) -> std::optional<std::string> {
+        auto param = scope.params.find(read);
+        if (param == scope.params.end()) return std::nullopt;
+        return param->second;
+      });
+    }
+    const std::vector<const Unit*>& units = scope.gathers[gather.issue()];
+    if (units.empty()) return;
+    bool opensBuffers = node == gather.issue();
+    if (gather.isSplit() && node == gather.issue()) {
+      for (const Unit* unit : units) ++state.inFlight[unit];
+    } else {
+      bool issuesCollective = false;
+      for (const Unit* unit : units) {
+        issuesCollective = issuesCollective || !state.isUnsharded(unit);
+        if (gather.isSplit()) release(state.inFlight, unit);
+        ++state.unsharded[unit];
       }
+      if (observer_.onGather) observer_.onGather({units, issuesCollective, loopDepth, stack_});
     }
-    scope.gathers[node->output()] = units;
-    bool issuesCollective = false;
-    for (const Unit* unit : units) {
-      issuesCollective = issuesCollective || unsharded[unit] == 0;
-      ++unsharded[unit];
+    if (opensBuffers && observer_.onUnitsOpened) {
+      std::set<const Unit*> open;
+      for (const auto& [unit, depth] : state.unsharded) open.insert(unit);
+      for (const auto& [unit, depth] : state.inFlight) open.insert(unit);
+      std::vector<const Unit*> sorted(open.begin(), open.end());
+      std::sort(sorted.begin(), sorted.end(), [](const Unit* a, const Unit* b) { return a->path < b->path; });
+      observer_.onUnitsOpened({sorted, stack_});
     }
-    if (!units.empty() && observer_.onGather) observer_.onGather({units, issuesCollective, loopDepth, stack_});
   }
 
   ModuleIndex index_;

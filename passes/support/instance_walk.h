@@ -20,7 +20,8 @@ enum class GatherModel {
   // As eager FSDP's hooks: around every call of a unit's forward method (and a root unit's
   // forward methods on entry). Used to find what eager FSDP would compute on shards.
   EagerHooks,
-  // Only where the IR says so: fsdp::all_gather / fsdp::reshard. Used to verify the rewrite.
+  // Only where the IR says so: fsdp::all_gather (or a start's wait) / fsdp::reshard. Used to
+  // verify the rewrite and to measure what it holds.
   ExplicitOps,
 };
 
@@ -44,9 +45,26 @@ struct GatherVisit {
   const std::vector<Frame>& stack;
 };
 
+// After a gather (or the start of a split one, whose buffers exist from then on) opened units
+// (ExplicitOps): every unit now unsharded or in flight, sorted by path.
+struct OpenUnits {
+  std::vector<const Unit*> units;
+  const std::vector<Frame>& stack;
+};
+
+// A prim::SetAttr that assigns a parameter slot.
+struct ParamWrite {
+  std::string paramPath;
+  const Unit* unit;  // nullptr when the parameter is in no unit's group
+  torch::jit::Node* node;
+  const std::vector<Frame>& stack;
+};
+
 struct WalkObserver {
   std::function<void(const ParamRead&)> onParamRead;
   std::function<void(const GatherVisit&)> onGather;
+  std::function<void(const OpenUnits&)> onUnitsOpened;
+  std::function<void(const ParamWrite&)> onParamWrite;
 };
 
 // Walks from each method of the root (or only `entryMethod` when given).

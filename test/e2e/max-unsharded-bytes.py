@@ -1,10 +1,13 @@
 # The memory budget of hoist-loop-gathers is a hard bound: for budgets from "root + one layer"
 # to unbounded, the runtime's peak of unsharded parameter bytes (fsdp stats) never exceeds the
-# budget, results stay bitwise exact, and a larger budget never costs more collectives.
+# budget, results stay bitwise exact, and a larger budget never costs more collectives. One
+# byte less than "root + one layer" cannot be kept by any schedule: fsdp-opt refuses it,
+# naming root + one layer as the smallest budget, and writes nothing.
 #
 # RUN: %python -m fsdp_models gpt --arg n_layer=3 -o %t.pt
 # RUN: %python %s %t.pt %t.work | FileCheck %s
 #
+# CHECK: budget root+1 layer - 1: refused, smallest budget {{[0-9]+}} named
 # CHECK: budget root+1 layer: peak {{[0-9]+}} <= {{[0-9]+}}, gathers/generate 13, exact
 # CHECK: budget root+2 layers: peak {{[0-9]+}} <= {{[0-9]+}}, gathers/generate {{[0-9]+}}, exact
 # CHECK: budget unbounded: peak {{[0-9]+}} <= {{[0-9]+}}, gathers/generate 1, exact
@@ -53,6 +56,17 @@ def run(out):
 
 units = shard(None, os.path.join(work, "probe"))
 root, layer = units["."], units["blocks.0"]
+
+too_small = os.path.join(work, "too_small")
+refused = subprocess.run(["fsdp-opt", model_path, "--fsdp-unit=.", "--fsdp-unit=blocks.*",
+                          "--forward-method=.:generate", "--world-size=2", "-o", too_small,
+                          "--max-unsharded-bytes=%d" % (root + layer - 1)], capture_output=True, text=True)
+errors = [l for l in refused.stderr.splitlines() if l.startswith("error:")]
+assert refused.returncode == 1 and len(errors) == 1, refused.stderr
+assert ("the smallest budget any schedule can keep is %d bytes" % (root + layer)) in errors[0], errors[0]
+assert "'.' (%d bytes)" % root in errors[0] and "'blocks." in errors[0], errors[0]
+assert not os.path.exists(too_small), "something was written"
+print("budget root+1 layer - 1: refused, smallest budget %d named" % (root + layer))
 budgets = [("root+1 layer", root + layer), ("root+2 layers", root + 2 * layer),
            ("unbounded", None)]
 previous = None
