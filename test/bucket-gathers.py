@@ -27,3 +27,50 @@
 # SMALL: gathers merged into buckets: 0
 # SMALL: gathers per call of generate: 3
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --fsdp-unit='blocks.*' --forward-method=.:generate --bucket-bytes=0 --stats | FileCheck %s --check-prefix=SMALL
+#
+# The pass alone on a minimal input, right after the rewrite: the root's entry gather and the
+# gather of `block` (whose call is forward's only statement) are adjacent, and so are their
+# reshards: one collective of both groups (root 32 + block 80 bytes), named "., block".
+# RUN: %python %s %t.min.pt
+# RUN: fsdp-opt %t.min.pt --fsdp-unit=. --fsdp-unit=block --remarks --print-ir --method=forward \
+# RUN:   --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods,bucket-gathers,verify-fsdp 2>&1 \
+# RUN:   | FileCheck %s --check-prefix=MIN
+# MIN:      remark: [bucket-gathers] merged two adjacent gathers into one collective of 112 bytes in __torch__.Net::forward
+# MIN-LABEL: // . : __torch__.Net :: forward
+# MIN:      prim::Constant[value=[8, 4, 4]]()
+# MIN:      %[[NAMES:.*]] : str = aten::join(
+# MIN-NEXT: %[[ALL:.*]] : Tensor[] = fsdp::all_gather(%{{.*}}, %{{.*}}, %[[NAMES]])
+# MIN-NOT:  fsdp::
+# MIN:      prim::CallMethod[name="forward"](%block
+# MIN-NEXT: = fsdp::reshard(%[[ALL]], %[[NAMES]])
+# MIN-NEXT: return
+# One byte below the bucket's size: two collectives.
+# RUN: fsdp-opt %t.min.pt --fsdp-unit=. --fsdp-unit=block --bucket-bytes=111 --print-ir --method=forward \
+# RUN:   --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods,bucket-gathers,verify-fsdp \
+# RUN:   | FileCheck %s --check-prefix=APART
+# APART-COUNT-2: fsdp::all_gather(
+# APART-NOT:     aten::join
+
+import sys
+
+import torch
+import torch.nn as nn
+
+import lit_helpers as lh
+
+
+class Net(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.scale = nn.Parameter(torch.ones(8))  # the root's group: 32 bytes
+        self.block = nn.Linear(4, 4)              # 80 bytes
+
+    def forward(self, x):
+        return self.block(x)
+
+    @torch.jit.export
+    def scaled(self, y):
+        return y * self.scale
+
+
+lh.save(Net(), sys.argv[1])

@@ -18,8 +18,35 @@
 # CHECK:       %[[H3:.*]] : int = fsdp::all_gather_start(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%layer2
 # CHECK-NEXT:  fsdp::reshard(%[[L2]],
-# CHECK-NEXT:  fsdp::all_gather_wait(%[[H3]])
+# CHECK-NEXT:  %[[L3:.*]] : Tensor[] = fsdp::all_gather_wait(%[[H3]])
+# CHECK-NOT:   fsdp::
+# CHECK:       %[[H4:.*]] : int = fsdp::all_gather_start(
+# CHECK-NEXT:  prim::CallMethod[name="forward"](%layer3
+# CHECK-NEXT:  fsdp::reshard(%[[L3]],
+# CHECK-NEXT:  %[[L4:.*]] : Tensor[] = fsdp::all_gather_wait(%[[H4]])
+# CHECK-NEXT:  prim::CallMethod[name="forward"](%layer4
+# CHECK-NEXT:  fsdp::reshard(%[[L4]],
+# Nothing is left to prefetch after the last layer, and layer1 itself has nothing before it.
+# CHECK-NOT:   fsdp::all_gather
 # CHECK:       gathers prefetched: 3
 #
 # RUN: fsdp-opt %t.pt --fsdp-unit=backbone --fsdp-unit='backbone.layer*' --forward-method=backbone:_forward_impl --max-unsharded-bytes=1GiB --stats | FileCheck %s --check-prefix=BUDGET
 # BUDGET: gathers prefetched: 0
+#
+# The pass alone, right after the rewrite: the same three prefetches, and only them.
+# RUN: fsdp-opt %t.pt --fsdp-unit=backbone --fsdp-unit='backbone.layer*' --forward-method=backbone:_forward_impl --world-size=2 \
+# RUN:   --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods,prefetch-gathers,verify-fsdp \
+# RUN:   --print-ir --method=_forward_impl --stats | FileCheck %s --check-prefix=ALONE
+# ALONE-LABEL: :: _forward_impl
+# ALONE-NOT:   fsdp::
+# ALONE:       %[[L1:.*]] : Tensor[] = fsdp::all_gather(
+# ALONE-NOT:   fsdp::
+# ALONE:       fsdp::all_gather_start(
+# ALONE-NEXT:  prim::CallMethod[name="forward"](%layer1
+# ALONE-NEXT:  fsdp::reshard(%[[L1]],
+# ALONE-COUNT-2: fsdp::all_gather_start(
+# ALONE:       fsdp::all_gather_wait(
+# ALONE-NEXT:  prim::CallMethod[name="forward"](%layer4
+# ALONE-NEXT:  fsdp::reshard(
+# ALONE-NOT:   fsdp::
+# ALONE:       gathers prefetched: 3

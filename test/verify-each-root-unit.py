@@ -14,3 +14,4 @@
 # CHECK-LABEL:   // . : __torch__.NestedUnits :: forward
 # CHECK:         fsdp::check_rank
 # CHECK-COUNT-3: fsdp::all_gather
+# CHECK-NOT:     fsdp::all_gather

@@ -19,6 +19,12 @@
 # RUN: %python -m lit_helpers tree %t | FileCheck %s --check-prefix=NOTHING --implicit-check-not=out --match-full-lines
 # NOTHING: in.pt {{[0-9]+}} {{[0-9a-f]+}}
 #
+# The verifier alone after the rewrite (no scheduling pass) finds the same read.
+# RUN: not fsdp-opt %t/in.pt --fsdp-unit=backbone --world-size=2 \
+# RUN:   --passes=specialize-unit-types,insert-unit-gathers,wrap-entry-methods,verify-fsdp 2>&1 \
+# RUN:   | FileCheck %s --check-prefix=ALONE --implicit-check-not=warning:
+# ALONE: error: parameter 'backbone.conv1.weight' of unit 'backbone' is read while sharded in method 'forward' of 'backbone.conv1' (entry method 'forward')
+#
 # The same input with the fix passes the verifier and writes the directory.
 # RUN: fsdp-opt %t/in.pt --fsdp-unit=backbone --forward-method=backbone:_forward_impl --world-size=2 -o %t/out
 # RUN: %python -m lit_helpers tree %t/out | FileCheck %s --check-prefix=WRITTEN

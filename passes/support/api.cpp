@@ -1,6 +1,7 @@
 #include <fsdp_opt/analysis.h>
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/output.h>
+#include <fsdp_opt/passes.h>
 
 #include "fsdp_ops.h"
 #include "module_tree.h"
@@ -50,6 +51,12 @@ TransformResult transform(const torch::jit::Module& module, const PipelineOption
 void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
                  const ModuleSource& source) {
   const FsdpPlan& plan = planOf(result, "write");
+  // A rank file checks its rank, world size and run before the first collective (SPEC section 6);
+  // wrap-entry-methods puts that check in every entry method and adds the attributes it reads.
+  if (!result.module.hasattr(kRankAttr)) {
+    throw std::runtime_error("the pipeline did not run " + wrapEntryMethodsPass().name +
+                             ", which gives every rank file its rank check; add it to --passes");
+  }
   std::string sha256 = source.sha256;
   if (sha256.empty()) {
     std::ostringstream serialized;

@@ -27,7 +27,8 @@ def test_stats_count_the_collectives(fsdp_opt, gpt):
     rewritten(x)
     stats = fsdp_opt.stats()
     assert stats["all_gathers"] == 2 and stats["gather_calls"] == 2, stats
-    assert stats["bytes_gathered"] > 0 and stats["unsharded_bytes"] == 0
+    block_bytes = [sum(p.numel() * p.element_size() for p in block.parameters()) for block in model.blocks]
+    assert stats["bytes_gathered"] == sum(block_bytes) and stats["unsharded_bytes"] == 0, (stats, block_bytes)
     fsdp_opt.reset_stats()
     assert fsdp_opt.stats()["all_gathers"] == 0
 
@@ -56,9 +57,15 @@ def test_named_pipeline(fsdp_opt, gpt):
     model, x = gpt
     scripted = torch.jit.script(model)
     passes = "specialize-unit-types,insert-unit-gathers,wrap-entry-methods,verify-fsdp"
-    rewritten = fsdp_opt.transform(scripted, units=["blocks.*"], passes=passes)
+    lines = []
+    rewritten = fsdp_opt.transform(scripted, units=["blocks.*"], passes=passes, diagnostics=lines)
     assert same_bits(rewritten(x), scripted(x))
-    assert set(passes.split(",")) <= set(fsdp_opt.list_passes())
+    # Only the named passes ran: no other pass remarked, and the default pipeline's prefetch
+    # (which splits the second block's gather into start/wait) did not.
+    origins = {line.split("] ")[0].split("[")[1] for line in lines if line.startswith("remark: [")}
+    assert origins <= set(passes.split(",")) | {"find-units", "parameter-groups"}, origins
+    ir = str(rewritten.graph)
+    assert ir.count("fsdp::all_gather(") == 2 and "fsdp::all_gather_start" not in ir, ir
 
 
 def test_default_pipeline_is_what_transform_runs(fsdp_opt, gpt):
