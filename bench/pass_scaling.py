@@ -8,7 +8,7 @@ Measured, in ONE process, interleaved (every repeat visits every N, in a rotated
 of --repeats:
   load      torch.jit.load(model.pt)                          (the reference: ratio = pipeline/load)
   pipeline  the default pipeline in-process on a freshly loaded module:
-            torch.ops.fsdp_opt.transform(module._c, ["layers.*"], [], 2, -1, [], -1, -1)
+            torch.ops.fsdp_opt.transform(module._c, ["--fsdp-unit=layers.*", "--world-size=2"], -1, [])
             (libfsdp_passes.so; the same C++ entry point as the CLI: clone, plan, passes)
   prefixes  the same with passes = the first k passes of the default pipeline, k = 1..all, so
             prefix(k) - prefix(k-1) is the cost of pass k (prefix 1 also holds the clone of the
@@ -147,7 +147,7 @@ def main(argv=None):
         def run_transform(n, passes):
             m = torch.jit.load(models[n])
             c0, t0 = time.process_time(), time.perf_counter()
-            out, _ = transform(m._c, ["layers.*"], [], 2, -1, passes, -1, -1)
+            out, _, _ = transform(m._c, ["--fsdp-unit=layers.*", "--world-size=2"], -1, passes)
             dt = (time.perf_counter() - t0, time.process_time() - c0)
             del out
             return dt
