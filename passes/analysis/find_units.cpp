@@ -4,14 +4,15 @@
 // the markers `_fsdp_unit: bool` / `_fsdp_forward_methods: List[str]` that Python sets before
 // scripting, and last the size policy --fsdp-min-unit-params=N, which counts what the others left.
 // Assumes: the module is a scripted module whose exported methods are compiled.
-// Guarantees: every listed forward method exists on its unit; `forward` is a forward method of
-// every unit that defines it.
+// Guarantees: every listed forward method exists on its unit; `forward` (and its TorchScript
+// overloads, `forward__0`...) is a forward method of every unit that defines it.
 #include <fsdp_opt/analysis.h>
 #include <fsdp_opt/pattern.h>
 
 #include "../support/module_tree.h"
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <set>
 
@@ -35,6 +36,20 @@ std::vector<std::string> markedForwardMethods(const torch::jit::Module& module) 
     if (item.isString()) methods.push_back(item.toStringRef());
   }
   return methods;
+}
+
+// A method and its overloads, as TorchScript compiles them: `@torch.jit._overload_method`
+// overloads of `forward` become `forward__0`, `forward__1`, ... (torchvision's DenseNet layers),
+// and their callers call those names. Empty when the module has none of them.
+std::vector<std::string> methodAndOverloads(const torch::jit::Module& module, const std::string& name) {
+  std::vector<std::string> found;
+  for (torch::jit::Function* function : module.type()->methods()) {
+    const std::string& method = function->name();
+    bool overload = method.size() > name.size() + 2 && method.compare(0, name.size() + 2, name + "__") == 0 &&
+                    std::all_of(method.begin() + name.size() + 2, method.end(), [](char c) { return std::isdigit(c); });
+    if (method == name || overload) found.push_back(method);
+  }
+  return found;
 }
 
 // Module paths listed for a remark: the first few, then how many more.
@@ -167,7 +182,7 @@ bool findUnits(const torch::jit::Module& root, const PipelineOptions& options,
   std::map<std::string, std::set<std::string>> forwardMethods;
   for (const auto& [path, module] : index.modules()) {
     if (!unitPaths.count(path)) continue;
-    if (module.find_method("forward")) forwardMethods[path].insert("forward");
+    for (const auto& method : methodAndOverloads(module, "forward")) forwardMethods[path].insert(method);
   }
 
   auto registerMethod = [&](const std::string& path, const torch::jit::Module& module,
@@ -177,14 +192,15 @@ bool findUnits(const torch::jit::Module& root, const PipelineOptions& options,
                                       "' is a no-op: the module is not an FSDP unit");
       return;
     }
-    if (!module.find_method(method)) {
+    std::vector<std::string> methods = methodAndOverloads(module, method);
+    if (methods.empty()) {
       diagnostics.error(kOrigin, "module '" + displayPath(path) + "' has no method '" + method +
                                      "' (registered by " + source +
                                      "; is it compiled, e.g. marked @torch.jit.export?)");
       ok = false;
       return;
     }
-    forwardMethods[path].insert(method);
+    forwardMethods[path].insert(methods.begin(), methods.end());
   };
 
   for (const auto& spec : options.forwardMethodSpecs) {
