@@ -5,7 +5,6 @@
 
 #include "../support/instance_walk.h"
 
-#include <map>
 #include <set>
 
 namespace fsdp_opt {
@@ -37,20 +36,38 @@ std::vector<std::pair<std::string, std::string>> transformStatistics(
   };
   entries.insert(entries.end(), passStatistics.begin(), passStatistics.end());
 
+  // Per root method, the collectives one call issues: both arms of a branch are walked, and a
+  // call takes the one that issues more.
   struct Calls {
     int collectives = 0, inLoops = 0;
   };
-  std::map<std::string, Calls> perMethod;
-  WalkObserver observer;
-  observer.onGather = [&](const GatherVisit& visit) {  // one collective per gather op
-    if (!visit.issuesCollective) return;
-    Calls& calls = perMethod[visit.stack.front().method];
-    ++calls.collectives;
-    if (visit.loopDepth > 0) ++calls.inLoops;
-  };
-  walkFromEntryMethods(module, plan, GatherModel::ExplicitOps, observer);
   for (torch::jit::Function* function : module.type()->methods()) {
-    const Calls& calls = perMethod[function->name()];
+    std::vector<Calls> path{Calls{}};     // the counts of the path being walked, innermost last
+    std::vector<Calls> thenArms;          // of each open branch, its first arm's counts
+    WalkObserver observer;
+    observer.onGather = [&](const GatherVisit& visit) {  // one collective per gather op
+      if (!visit.issuesCollective) return;
+      ++path.back().collectives;
+      if (visit.loopDepth > 0) ++path.back().inLoops;
+    };
+    observer.onBranch = [&](torch::jit::Node*, int arm) {
+      if (arm == 0) {
+        path.push_back(Calls{});
+      } else if (arm == 1) {
+        thenArms.push_back(path.back());
+        path.back() = Calls{};
+      } else {
+        Calls elseArm = path.back();
+        path.pop_back();
+        Calls thenArm = thenArms.back();
+        thenArms.pop_back();
+        const Calls& taken = thenArm.collectives >= elseArm.collectives ? thenArm : elseArm;
+        path.back().collectives += taken.collectives;
+        path.back().inLoops += taken.inLoops;
+      }
+    };
+    walkFromEntryMethods(module, plan, GatherModel::ExplicitOps, observer, function->name(), Revisits::Walk);
+    const Calls& calls = path.front();
     std::string value = std::to_string(calls.collectives);
     if (calls.inLoops > 0) value += " (" + std::to_string(calls.inLoops) + " inside loops, once per iteration)";
     entries.emplace_back("gathers per call of " + function->name(), value);

@@ -28,10 +28,12 @@ void release(Counts& counts, const Unit* unit) {
   if (open != counts.end() && --open->second <= 0) counts.erase(open);
 }
 
-// A parameter read whose value only goes into lists consumed by fsdp:: ops: the operands of a
-// gather or reshard, which handle the shard themselves.
+// A parameter read whose value only goes into fsdp:: ops, directly (an agreement's device
+// witness, read for its device alone) or through the lists a gather or reshard takes: those
+// ops handle the shard themselves.
 bool onlyFeedsFsdpOps(torch::jit::Value* value) {
   for (const torch::jit::Use& use : value->uses()) {
+    if (ops::isFsdpOp(use.user)) continue;
     if (use.user->kind() == c10::prim::unchecked_cast) {  // an Optional[Tensor] parameter
       if (!onlyFeedsFsdpOps(use.user->output())) return false;
       continue;
@@ -47,8 +49,8 @@ bool onlyFeedsFsdpOps(torch::jit::Value* value) {
 class Walker {
  public:
   Walker(const torch::jit::Module& root, const FsdpPlan& plan, GatherModel model,
-         const WalkObserver& observer)
-      : index_(root), plan_(plan), model_(model), observer_(observer) {}
+         const WalkObserver& observer, Revisits revisits)
+      : index_(root), plan_(plan), model_(model), observer_(observer), revisits_(revisits) {}
 
   void walkEntry(const std::string& method) {
     visited_.clear();
@@ -81,7 +83,7 @@ class Walker {
     if (!module) return;
     auto found = module->find_method(method);
     if (!found) return;
-    if (!visited_.insert(key(path, method, state, loopDepth)).second) return;
+    if (!visited_.insert(key(path, method, state, loopDepth)).second && revisits_ == Revisits::Skip) return;
     stack_.push_back({path, method});
     auto graph = found->graph();
     Scope scope;
@@ -109,10 +111,13 @@ class Walker {
         }
       }
       int nestedDepth = loopDepth + (kind == c10::prim::Loop ? 1 : 0);
-      for (torch::jit::Block* nested : node->blocks()) {
+      bool isBranch = kind == c10::prim::If && observer_.onBranch;
+      for (size_t arm = 0; arm < node->blocks().size(); ++arm) {
+        if (isBranch) observer_.onBranch(node, static_cast<int>(arm));
         UnitState branch = state;
-        walkBlock(nested, scope, branch, nestedDepth);
+        walkBlock(node->blocks()[arm], scope, branch, nestedDepth);
       }
+      if (isBranch) observer_.onBranch(node, -1);
     }
   }
 
@@ -197,6 +202,7 @@ class Walker {
   const FsdpPlan& plan_;
   GatherModel model_;
   const WalkObserver& observer_;
+  Revisits revisits_;
   std::vector<Frame> stack_;
   std::set<std::string> visited_;
 };
@@ -204,8 +210,8 @@ class Walker {
 }  // namespace
 
 void walkFromEntryMethods(const torch::jit::Module& root, const FsdpPlan& plan, GatherModel model,
-                          const WalkObserver& observer, const std::string& entryMethod) {
-  Walker walker(root, plan, model, observer);
+                          const WalkObserver& observer, const std::string& entryMethod, Revisits revisits) {
+  Walker walker(root, plan, model, observer, revisits);
   for (torch::jit::Function* function : root.type()->methods()) {
     if (!entryMethod.empty() && function->name() != entryMethod) continue;
     walker.walkEntry(function->name());

@@ -65,10 +65,22 @@ struct WalkObserver {
   std::function<void(const GatherVisit&)> onGather;
   std::function<void(const OpenUnits&)> onUnitsOpened;
   std::function<void(const ParamWrite&)> onParamWrite;
+  // Around the arms of a prim::If: `arm` 0 and 1 before each arm is walked, -1 after both. One
+  // call takes one arm: an observer that counts per call keeps the arms apart.
+  std::function<void(torch::jit::Node* branch, int arm)> onBranch;
+};
+
+// Whether a method reached again with the same unsharded units is walked again.
+enum class Revisits {
+  // Once is enough for questions whose answer only depends on that state (a sharded read).
+  Skip,
+  // Every call is walked, for an observer that counts what a call issues.
+  Walk,
 };
 
 // Walks from each method of the root (or only `entryMethod` when given).
 void walkFromEntryMethods(const torch::jit::Module& root, const FsdpPlan& plan, GatherModel model,
-                          const WalkObserver& observer, const std::string& entryMethod = "");
+                          const WalkObserver& observer, const std::string& entryMethod = "",
+                          Revisits revisits = Revisits::Skip);
 
 }  // namespace fsdp_opt
