@@ -17,6 +17,7 @@
 #include <fsdp_opt/passes.h>
 
 #include "support/fsdp_ops.h"
+#include "support/inline_calls.h"
 #include "support/module_tree.h"
 #include "support/module_writes.h"
 
@@ -54,25 +55,6 @@ void collectRedundant(torch::jit::Block* block, const GraphGathers& gathers, Ope
     }
     for (torch::jit::Block* nested : node->blocks()) collectRedundant(nested, gathers, open, redundant);
   }
-}
-
-// Copies of an entry prologue that inlining put after the graph's own: the first check covers
-// the whole call.
-int removeRepeatedRankChecks(torch::jit::Graph& graph) {
-  torch::jit::Node* first = nullptr;
-  for (torch::jit::Node* node : graph.block()->nodes()) {
-    if (node->kind() == ops::checkRank()) {
-      first = node;
-      break;
-    }
-  }
-  if (!first) return 0;
-  std::vector<torch::jit::Node*> repeated;
-  forEachNode(graph.block(), [&](torch::jit::Node* node) {
-    if (node->kind() == ops::checkRank() && node != first) repeated.push_back(node);
-  });
-  for (torch::jit::Node* node : repeated) node->destroy();
-  return static_cast<int>(repeated.size());
 }
 
 }  // namespace

@@ -16,44 +16,13 @@
 #include <fsdp_opt/passes.h>
 
 #include "support/fsdp_ops.h"
+#include "support/inline_calls.h"
 #include "support/module_tree.h"
-
-#include <torch/csrc/jit/api/function_impl.h>
-
-#include <map>
 
 namespace fsdp_opt {
 namespace {
 
 constexpr const char* kPassName = "inline-loop-calls";
-constexpr int kMaxRounds = 8;
-
-torch::jit::Function* calleeOf(torch::jit::Node* call) {
-  auto type = call->input(0)->type()->cast<c10::ClassType>();
-  return type ? type->findMethod(call->s(c10::attr::name)) : nullptr;
-}
-
-class GatherReach {
- public:
-  // Whether calling `function` can run an fsdp::all_gather.
-  bool reachesGather(torch::jit::Function* function) {
-    auto known = memo_.find(function);
-    if (known != memo_.end()) return known->second;
-    memo_[function] = false;  // TorchScript has no recursion; this only guards the walk
-    bool found = false;
-    forEachNode(graphOf(function)->block(), [&](torch::jit::Node* node) {
-      if (found) return;
-      if (GatherOp::of(node)) found = true;
-      if (node->kind() == c10::prim::CallMethod) {
-        if (torch::jit::Function* callee = calleeOf(node)) found = reachesGather(callee);
-      }
-    });
-    return memo_[function] = found;
-  }
-
- private:
-  std::map<torch::jit::Function*, bool> memo_;
-};
 
 bool insideLoop(torch::jit::Node* node) {
   for (torch::jit::Block* block = node->owningBlock(); block->owningNode(); block = block->owningNode()->owningBlock()) {
@@ -65,33 +34,20 @@ bool insideLoop(torch::jit::Node* node) {
 }  // namespace
 
 bool inlineLoopCalls(PassContext& context) {
-  GatherReach reach;
+  CollectiveReach reach;
   int inlined = 0;
   for (const auto& [type, path] : distinctModuleTypes(context.module())) {
     for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      for (int round = 0; round < kMaxRounds; ++round) {
-        std::vector<torch::jit::Node*> calls;
-        forEachNode(graph->block(), [&](torch::jit::Node* node) {
-          if (node->kind() != c10::prim::CallMethod || !insideLoop(node)) return;
-          // A rewritten call site keeps its call: the gather around it is already in this graph.
-          if (node->next() && node->next()->kind() == ops::reshard()) return;
-          torch::jit::Function* callee = calleeOf(node);
-          if (callee && reach.reachesGather(callee)) calls.push_back(node);
-        });
-        if (calls.empty()) break;
-        for (torch::jit::Node* call : calls) {
-          torch::jit::Function* callee = calleeOf(call);
-          context.diagnostics().remark(kPassName, "inlined " + callee->qualname().qualifiedName() +
-                                                      " into the loop of " + type->name()->qualifiedName() +
-                                                      "::" + function->name());
-          // The callee's own graph, not its optimized (fully inlined) one: the calls it makes
-          // stay calls, and the inlined IR reads as the source did.
-          auto& graphFunction = torch::jit::toGraphFunction(*callee);
-          torch::jit::inlineCallTo(call, &graphFunction, graphFunction.graph().get());
-          ++inlined;
-        }
+      auto callees = inlineCalls(graphOf(function)->block(), [&](torch::jit::Node* call) {
+        // A rewritten call site keeps its call: the gather around it is already in this graph.
+        bool rewritten = call->next() && call->next()->kind() == ops::reshard();
+        return insideLoop(call) && !rewritten && reach.reaches(calleeOf(call));
+      });
+      for (const auto& callee : callees) {
+        context.diagnostics().remark(kPassName, "inlined " + callee + " into the loop of " +
+                                                    type->name()->qualifiedName() + "::" + function->name());
       }
+      inlined += static_cast<int>(callees.size());
     }
   }
   return inlined > 0;

@@ -13,7 +13,7 @@ void registerAllPasses() {
     for (PassInfo pass : {specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
-                          reshardOnRaisePass(), verifyFsdpPass()}) {
+                          rankUniformControlFlowPass(), reshardOnRaisePass(), verifyFsdpPass()}) {
       registry.add(std::move(pass));
     }
   });
@@ -40,6 +40,9 @@ std::vector<std::string> defaultPipeline() {
       bucketGathersPass().name,
       // After bucketing, so a bucket is prefetched whole; what is left per call overlaps.
       prefetchGathersPass().name,
+      // On the final schedule: only collectives left in data-dependent loops and branches need
+      // the ranks to agree, and a hoisted gather costs no agreement.
+      rankUniformControlFlowPass().name,
       // After every insertion, so the release covers all gathers a raise can skip.
       reshardOnRaisePass().name,
       // Always last: the output must satisfy SPEC section 5.

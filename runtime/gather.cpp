@@ -536,6 +536,11 @@ void releaseAll() {
   detail::emptyHostBufferPool();
 }
 
+void detail::countAgreement() {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  detail::registry().stats.agreements += 1;
+}
+
 Stats stats() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   Stats s = detail::registry().stats;
@@ -569,6 +574,7 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"wait_calls", wait_calls},
           {"in_flight", in_flight},
           {"in_flight_peak", in_flight_peak},
+          {"agreements", agreements},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit}};
 }

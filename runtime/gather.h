@@ -29,6 +29,8 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
 /// allGather(...) had been called with the start's arguments.
 std::vector<at::Tensor> allGatherWait(int64_t handle);
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
+/// Counts one fsdp::rank_any in the stats (agreement.cpp does the exchange).
+void countAgreement();
 
 }  // namespace detail
 }  // namespace runtime

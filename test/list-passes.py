@@ -11,6 +11,7 @@
 # CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
 # CHECK-NEXT: lint-sharded-reads {{[^ ].+}}
 # CHECK-NEXT: prefetch-gathers {{[^ ].+}}
+# CHECK-NEXT: rank-uniform-control-flow {{[^ ].+}}
 # CHECK-NEXT: reshard-on-raise {{[^ ].+}}
 # CHECK-NEXT: specialize-unit-types {{[^ ].+}}
 # CHECK-NEXT: verify-fsdp {{[^ ].+}}

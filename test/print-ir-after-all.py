@@ -16,6 +16,7 @@
 # CHECK: // *** IR after hoist-loop-gathers ***
 # CHECK: // *** IR after bucket-gathers ***
 # CHECK: // *** IR after prefetch-gathers ***
+# CHECK: // *** IR after rank-uniform-control-flow ***
 # CHECK: // *** IR after reshard-on-raise ***
 # CHECK: // *** IR after verify-fsdp ***
 # RUN: FileCheck %s --check-prefix=ORDER < %t/all.err

@@ -54,6 +54,12 @@ PassInfo bucketGathersPass();
 bool prefetchGathers(PassContext& context);
 PassInfo prefetchGathersPass();
 
+// rank-uniform-control-flow: makes loops and branches whose collectives depend on the ranks'
+// data issue the same collectives on every rank (ranks agree per loop iteration; a branch's
+// arms join each other's collectives, or gather both arms' units at once).
+bool rankUniformControlFlow(PassContext& context);
+PassInfo rankUniformControlFlowPass();
+
 // reshard-on-raise: fsdp::release_all before every prim::RaiseException.
 bool reshardOnRaise(PassContext& context);
 PassInfo reshardOnRaisePass();

@@ -25,6 +25,7 @@ struct Stats {
   int64_t wait_calls = 0;            // fsdp::all_gather_wait invocations
   int64_t in_flight = 0;             // gathers started by all_gather_start, not waited yet
   int64_t in_flight_peak = 0;        // max of in_flight since the last reset
+  int64_t agreements = 0;            // fsdp::rank_any calls (rank-uniform loops)
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once

@@ -17,6 +17,11 @@ c10::Symbol checkRank() { return c10::Symbol::fromQualString("fsdp::check_rank")
 c10::Symbol releaseAll() { return c10::Symbol::fromQualString("fsdp::release_all"); }
 c10::Symbol gatherStart() { return c10::Symbol::fromQualString("fsdp::all_gather_start"); }
 c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_wait"); }
+c10::Symbol rankAny() { return c10::Symbol::fromQualString("fsdp::rank_any"); }
+bool isCollective(const torch::jit::Node* node) {
+  auto kind = node->kind();
+  return kind == allGather() || kind == gatherStart() || kind == gatherWait() || kind == rankAny();
+}
 bool isFsdpOp(const torch::jit::Node* node) {
   return std::string(node->kind().ns().toUnqualString()) == "fsdp";
 }
@@ -87,7 +92,7 @@ std::vector<GatherOp> gathersIn(torch::jit::Block* block) {
 bool isOperandRead(const torch::jit::Node* node) {
   auto kind = node->kind();
   return kind == c10::prim::GetAttr || kind == c10::prim::ListConstruct || kind == c10::prim::Constant ||
-         kind == c10::prim::unchecked_cast;
+         kind == c10::prim::unchecked_cast || kind == c10::Symbol::fromQualString("aten::join");
 }
 
 // ---- builders --------------------------------------------------------------------------------

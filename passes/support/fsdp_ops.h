@@ -23,7 +23,10 @@ c10::Symbol checkRank();     // fsdp::check_rank
 c10::Symbol releaseAll();    // fsdp::release_all
 c10::Symbol gatherStart();   // fsdp::all_gather_start
 c10::Symbol gatherWait();    // fsdp::all_gather_wait
+c10::Symbol rankAny();       // fsdp::rank_any: whether any rank's flag is set
 bool isFsdpOp(const torch::jit::Node* node);
+// An op that communicates with the other ranks: a gather of either form, or an agreement.
+bool isCollective(const torch::jit::Node* node);
 }  // namespace ops
 
 // Module attributes the rewrite adds.
@@ -75,7 +78,7 @@ class GatherOp {
 std::vector<GatherOp> gathersIn(torch::jit::Block* block);
 
 // A node that only reads what a gather takes as operands (prim::GetAttr chains, the lists and
-// constants built from them): such nodes may move with their gather.
+// constants built from them, a bucket's joined unit names): such nodes may move with their gather.
 bool isOperandRead(const torch::jit::Node* node);
 
 // --- Builders. Each inserts at the graph's insertion point unless it says otherwise. ---

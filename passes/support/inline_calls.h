@@ -1,0 +1,45 @@
+// Inlining of method calls for passes that need a call's collectives in view: inline-loop-calls
+// (the gathers a decoding loop runs) and rank-uniform-control-flow (every collective of a branch
+// arm or a loop body). Inlined the TorchScript way, from the callee's own graph with `self`
+// bound to the caller's module value, so every prim::GetAttr chain keeps naming the same
+// instance even where types are shared; the callee stays as it is for its other callers.
+#pragma once
+
+#include <torch/csrc/jit/api/module.h>
+#include <torch/csrc/jit/ir/ir.h>
+
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace fsdp_opt {
+
+// The method a prim::CallMethod calls, or nullptr.
+torch::jit::Function* calleeOf(torch::jit::Node* call);
+
+// Whether running code can issue a collective (a gather of either form, or an agreement of
+// ranks), directly or through the methods it calls. Memoized per method.
+class CollectiveReach {
+ public:
+  bool reaches(torch::jit::Function* function);
+  // The node itself, its nested blocks, and what it calls.
+  bool reaches(torch::jit::Node* node);
+  bool reaches(torch::jit::Block* block);
+
+ private:
+  std::map<torch::jit::Function*, bool> memo_;
+};
+
+// Inlines into `block` (nested blocks included) every method call `select` picks, round after
+// round (an inlined body may hold more such calls), at most a few rounds deep. Returns the
+// qualified names of the callees inlined, in order.
+std::vector<std::string> inlineCalls(torch::jit::Block* block,
+                                     const std::function<bool(torch::jit::Node* call)>& select);
+
+// Inlining an entry method copies its prologue (fsdp::check_rank) into the caller, after the
+// caller's own: the graph's first check covers the whole call, so the copies go. Returns how
+// many were removed.
+int removeRepeatedRankChecks(torch::jit::Graph& graph);
+
+}  // namespace fsdp_opt
