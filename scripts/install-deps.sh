@@ -45,7 +45,16 @@ fi
 # The t2 venv. Several shells may run this at once (a developer and a test run): the lock
 # makes the second wait for the first install instead of racing it in the same directory.
 # Prints torch's version when the venv has everything (one torch import: seconds).
-venv_torch() { "$VENV/bin/python" -c 'import torch, torchvision, numpy, pytest, matplotlib; print(torch.__version__)' 2>/dev/null; }
+# timm and transformers are pinned: the model zoo (test/models/zoo.py, docs/models.md) records
+# which of their models script or trace, and that changes between their releases.
+TIMM_VERSION=1.0.31
+TRANSFORMERS_VERSION=5.23.0
+venv_torch() {
+  "$VENV/bin/python" -c "
+import torch, torchvision, numpy, pytest, matplotlib, timm, transformers
+assert timm.__version__ == '$TIMM_VERSION' and transformers.__version__ == '$TRANSFORMERS_VERSION', 'timm/transformers versions'
+print(torch.__version__)" 2>/dev/null
+}
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
 flock 9
@@ -59,9 +68,10 @@ else
     rm -rf "$VENV"
     /usr/bin/python3 -m venv "$VENV"
   fi
-  log "venv: installing torch 2.x, torchvision, numpy, pytest, matplotlib (several GiB on a fresh machine)"
-  "$VENV/bin/python" -m pip install --no-input -q 'torch>=2,<3' torchvision numpy pytest matplotlib </dev/null
-  version=$(venv_torch) || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest, matplotlib"; exit 1; }
+  log "venv: installing torch 2.x, torchvision, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION (several GiB on a fresh machine)"
+  "$VENV/bin/python" -m pip install --no-input -q 'torch>=2,<3' torchvision numpy pytest matplotlib \
+    "timm==$TIMM_VERSION" "transformers==$TRANSFORMERS_VERSION" </dev/null
+  version=$(venv_torch) || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION"; exit 1; }
   log "venv: torch $version installed"
 fi
 flock -u 9

@@ -1,0 +1,908 @@
+#!/usr/bin/env python3
+"""The model zoo: real torchvision, timm and Hugging Face models through fsdp-opt at W=2.
+
+Every entry is a model as its users build it (random weights, eval mode, a small input), made
+into TorchScript the way its library supports (torch.jit.script for torchvision and timm with
+scriptable=True, torch.jit.trace for transformers), sharded with the fsdp-opt flags a user
+would write, and run on 2 ranks. Every method a user calls must give outputs bitwise equal to
+the original archive run in this (the driver) process at the same thread count.
+
+    python test/models/zoo.py --list
+    python test/models/zoo.py --subset ci [--source timm] [--filter REGEX] [--work DIR]
+    python test/models/zoo.py --subset all --build build/t2 --write-docs docs/models.md
+
+Outside lit, --build DIR puts DIR/bin first on PATH and sets FSDP_OPT_RUNTIME_LIB (lit sets
+both). One row per selected entry; an entry that cannot work on this leg (it does not script,
+its library lacks it) gets a row saying why. Exit status: 0 when every entry expected to work
+is exact and every entry expected to fail still fails, 1 otherwise, 2 on bad usage.
+--write-docs rewrites only this leg's section of the file, so the torch 2.x and the 1.13 runs
+(scripts/models.sh) each keep theirs.
+"""
+
+import argparse
+import collections
+import contextlib
+import datetime
+import gc
+import io
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+import traceback
+import warnings
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(os.path.dirname(HERE), "Inputs"))
+
+import fsdp_harness as h  # noqa: E402
+
+warnings.filterwarnings("ignore")
+
+WORLD = 2
+LEGS = ("torch2", "torch113")
+
+
+# ---- the registry ---------------------------------------------------------------------------
+
+class Ref:
+    """An argument that is the original model's output of an earlier call (forward_head takes
+    what forward_features returned). Every rank gets the same tensor, so a difference shows up
+    in the method that causes it, not in every method after it."""
+
+    def __init__(self, label):
+        self.label = label
+
+
+class Input:
+    """The i-th tensor of the entry's inputs."""
+
+    def __init__(self, index=0):
+        self.index = index
+
+
+class Call:
+    def __init__(self, method, args, kwargs=None, label=None):
+        self.method = method
+        self.args = list(args)
+        self.kwargs = dict(kwargs or {})
+        self.label = label or method
+
+
+class Entry:
+    """One model. `make()` returns the nn.Module (called right after torch.manual_seed(0));
+    `inputs(gen)` the input tensors; `capture` is "script" or "trace" (traced with the inputs
+    of seed 0, called with those of seed 1: a trace specialised on its example values would
+    show); `calls` the methods a user calls, in order; `flags` fsdp-opt's unit flags; `legs`
+    where it runs ("torch2", "torch113") and `ci` on which of them it is in the CI subset;
+    `timeout` bounds fsdp-opt and the ranks, each; `expect_fail`, when set, says why the entry
+    cannot work and is a substring of the failure it must report."""
+
+    def __init__(self, name, source, family, make, inputs, input_desc, calls, flags,
+                 capture="script", legs=("torch2",), ci=(), note="", expect_fail=None,
+                 timeout=600):
+        self.name = name
+        self.source = source
+        self.family = family
+        self.make = make
+        self.inputs = inputs
+        self.input_desc = input_desc
+        self.calls = calls
+        self.flags = list(flags)
+        self.capture = capture
+        self.legs = tuple(legs)
+        self.ci = tuple(ci)
+        self.note = note
+        self.expect_fail = expect_fail
+        self.timeout = timeout
+
+
+def images(batch, size):
+    def make(gen):
+        import torch
+        return (torch.randn(batch, 3, size, size, generator=gen),)
+    return make
+
+
+def token_ids(batch, length, vocab, mask=False, decoder_length=0):
+    """input_ids [, attention_mask with the last two positions of row 0 padded]
+    [, decoder_input_ids]: the positional order of the Hugging Face forwards traced here."""
+    def make(gen):
+        import torch
+        ids = torch.randint(0, vocab, (batch, length), generator=gen)
+        out = [ids]
+        if mask:
+            m = torch.ones(batch, length, dtype=torch.long)
+            m[0, -2:] = 0
+            out.append(m)
+        if decoder_length:
+            out.append(torch.randint(0, vocab, (batch, decoder_length), generator=gen))
+        return tuple(out)
+    return make
+
+
+def unit_types(*names):
+    return ["--fsdp-unit-type=%s" % n for n in names] + ["--fsdp-unit=."]
+
+
+# torchvision: every classification model of torchvision.models.list_models() (0.29 on the
+# torch 2.x leg; torchvision 0.14, the 1.13 leg's, has the same 80). Name prefix -> the block
+# type(s) a user wraps. AlexNet and VGG have no blocks: FSDP1's size policy instead, with a
+# threshold that makes each big Linear and the conv stack units.
+TV_BLOCKS = [
+    ("alexnet", None), ("vgg", None),
+    ("convnext_", ["CNBlock"]),
+    ("densenet", ["_DenseLayer"]),
+    ("efficientnet_v2_", ["MBConv", "FusedMBConv"]),
+    ("efficientnet_b", ["MBConv"]),
+    ("googlenet", ["Inception"]),
+    ("inception_v3", ["InceptionA", "InceptionB", "InceptionC", "InceptionD", "InceptionE"]),
+    ("maxvit_", ["MaxVitLayer"]),
+    ("mnasnet", ["_InvertedResidual"]),
+    ("mobilenet_", ["InvertedResidual"]),
+    ("regnet_", ["ResBottleneckBlock"]),
+    ("resnet18", ["BasicBlock"]), ("resnet34", ["BasicBlock"]),
+    ("resnet", ["Bottleneck"]), ("resnext", ["Bottleneck"]), ("wide_resnet", ["Bottleneck"]),
+    ("shufflenet_", ["InvertedResidual"]),
+    ("squeezenet", ["Fire"]),
+    ("swin_v2_", ["SwinTransformerBlockV2"]),
+    ("swin_", ["SwinTransformerBlock"]),
+    ("vit_", ["EncoderBlock"]),
+]
+TV_MODELS = [
+    "alexnet", "convnext_base", "convnext_large", "convnext_small", "convnext_tiny",
+    "densenet121", "densenet161", "densenet169", "densenet201",
+    "efficientnet_b0", "efficientnet_b1", "efficientnet_b2", "efficientnet_b3", "efficientnet_b4",
+    "efficientnet_b5", "efficientnet_b6", "efficientnet_b7",
+    "efficientnet_v2_l", "efficientnet_v2_m", "efficientnet_v2_s",
+    "googlenet", "inception_v3", "maxvit_t",
+    "mnasnet0_5", "mnasnet0_75", "mnasnet1_0", "mnasnet1_3",
+    "mobilenet_v2", "mobilenet_v3_large", "mobilenet_v3_small",
+    "regnet_x_16gf", "regnet_x_1_6gf", "regnet_x_32gf", "regnet_x_3_2gf", "regnet_x_400mf",
+    "regnet_x_800mf", "regnet_x_8gf", "regnet_y_128gf", "regnet_y_16gf", "regnet_y_1_6gf",
+    "regnet_y_32gf", "regnet_y_3_2gf", "regnet_y_400mf", "regnet_y_800mf", "regnet_y_8gf",
+    "resnet101", "resnet152", "resnet18", "resnet34", "resnet50",
+    "resnext101_32x8d", "resnext101_64x4d", "resnext50_32x4d",
+    "shufflenet_v2_x0_5", "shufflenet_v2_x1_0", "shufflenet_v2_x1_5", "shufflenet_v2_x2_0",
+    "squeezenet1_0", "squeezenet1_1",
+    "swin_b", "swin_s", "swin_t", "swin_v2_b", "swin_v2_s", "swin_v2_t",
+    "vgg11", "vgg11_bn", "vgg13", "vgg13_bn", "vgg16", "vgg16_bn", "vgg19", "vgg19_bn",
+    "vit_b_16", "vit_b_32", "vit_h_14", "vit_l_16", "vit_l_32",
+    "wide_resnet101_2", "wide_resnet50_2",
+]
+# Models that do not take 64x64: the ViTs' position embeddings and MaxViT's partition grid are
+# built for 224x224; Inception v3's stem needs at least 75x75.
+TV_SIZES = {"vit_b_16": 224, "vit_b_32": 224, "vit_h_14": 224, "vit_l_16": 224, "vit_l_32": 224,
+            "maxvit_t": 224, "inception_v3": 75}
+# Over 300M parameters (1.2 GB and more): minutes per step on two cores, and on the 1.13 leg,
+# whose Debian torch has only the reference BLAS, the ViTs' Linears take tens of minutes.
+TV_HUGE = {"regnet_y_128gf", "vit_h_14", "vit_l_16", "vit_l_32"}
+TV_CI = {"resnet18": ("torch2", "torch113"), "mobilenet_v3_small": ("torch2", "torch113"),
+         "alexnet": ("torch113",)}
+
+
+def tv_make(name):
+    def make():
+        import torchvision
+        return getattr(torchvision.models, name)(weights=None)
+    return make
+
+
+def tv_entry(name):
+    blocks = next(b for prefix, b in TV_BLOCKS if name.startswith(prefix))
+    flags = unit_types(*blocks) if blocks else ["--fsdp-min-unit-params=1000000"]
+    size = TV_SIZES.get(name, 64)
+    note = "no blocks: units by size" if not blocks else ""
+    if size != 64:
+        note = "needs %dx%d" % (size, size)
+    # One image where the model needs 224x224: the ViTs are the zoo's slowest entries.
+    batch = 1 if size == 224 else 2
+    return Entry("torchvision/" + name, "torchvision", name.rstrip("0123456789_").split("_")[0],
+                 tv_make(name), images(batch, size), "%dx3x%dx%d" % (batch, size, size),
+                 [Call("forward", [Input()])], flags, legs=LEGS, ci=TV_CI.get(name, ()),
+                 note=note, timeout=3600 if name in TV_HUGE else 600)
+
+
+def timm_make(model_name, **kwargs):
+    def make():
+        import timm
+        return timm.create_model(model_name, pretrained=False, scriptable=True, **kwargs)
+    return make
+
+
+TIMM_CALLS = [Call("forward_features", [Input()]),
+              Call("forward_head", [Ref("forward_features")]),
+              Call("forward", [Input()])]
+TIMM_CALLS_PRE_LOGITS = TIMM_CALLS[:2] + [
+    Call("forward_head", [Ref("forward_features")], {"pre_logits": True},
+         label="forward_head(pre_logits=True)"), TIMM_CALLS[2]]
+
+# (model, family, img_size passed to create_model or None for a model that takes any size,
+# block types, CI legs, why it cannot work or None). The smallest variant of each family, the
+# families of the issue first; transformers get a small img_size (their position embeddings
+# follow it), convnets a 64x64 input.
+TIMM = [
+    ("vit_tiny_patch16_224", "ViT", 64, ["Block"], ("torch2",), None),
+    ("deit_tiny_distilled_patch16_224", "DeiT", 64, ["Block"], (), None),
+    ("swin_tiny_patch4_window7_224", "Swin", 64, ["SwinTransformerBlock"], (), None),
+    ("convnext_atto", "ConvNeXt", None, ["ConvNeXtBlock"], ("torch2",), None),
+    ("efficientnet_b0", "EfficientNet", None, ["DepthwiseSeparableConv", "InvertedResidual"], (), None),
+    ("mobilenetv3_small_050", "MobileNetV3", None, ["DepthwiseSeparableConv", "InvertedResidual"], (), None),
+    ("regnetx_002", "RegNet", None, ["Bottleneck"], (), None),
+    ("resnet18", "ResNet", None, ["BasicBlock"], (), None),
+    ("beit_base_patch16_224", "BEiT", 64, ["Block"], (), None),
+    ("eva02_tiny_patch14_224", "EVA", 56, ["EvaBlock"], (), None),
+    ("maxvit_pico_rw_256", "MaxViT", 64, ["MaxxVitBlock"], (), None),
+    ("coatnet_pico_rw_224", "CoAtNet", 64, ["MbConvBlock", "TransformerBlock2d"], (), None),
+    # More families, beyond the issue's list.
+    ("deit3_small_patch16_224", "DeiT III", 64, ["Block"], (), None),
+    ("vit_small_patch14_reg4_dinov2", "ViT (DINOv2, registers)", 56, ["Block"], (), None),
+    ("cait_xxs24_224", "CaiT", 64, ["LayerScaleBlock", "LayerScaleBlockClassAttn"], (), None),
+    ("xcit_nano_12_p16_224", "XCiT", 64, ["XCABlock", "ClassAttentionBlock"], (), None),
+    ("crossvit_tiny_240", "CrossViT", 120, ["MultiScaleBlock"], (), None),
+    ("pvt_v2_b0", "PVTv2", None, ["Block"], (), None),
+    ("levit_128s", "LeViT", 64, ["LevitBlock"], (), None),
+    ("efficientformerv2_s0", "EfficientFormerV2", 64, ["EfficientFormerV2Block"], (), None),
+    ("tiny_vit_5m_224", "TinyViT", None, ["TinyVitBlock"], (), None),
+    ("mixer_s32_224", "MLP-Mixer", 64, ["MixerBlock"], (), None),
+    ("poolformerv2_s12", "PoolFormer", None, ["MetaFormerBlock"], (), None),
+    # Scripts, but its forward calls a @torch.jit.ignore'd method (_forward_cross_attn), and an
+    # archive cannot hold a Python function: torch.jit.save refuses it.
+    ("mobilevitv2_050", "MobileViTv2", None, ["BottleneckBlock", "MobileVitV2Block"], (), "does not save"),
+    ("fastvit_t8", "FastViT", None, ["RepMixerBlock"], (), None),
+    ("nextvit_small", "Next-ViT", None, ["NextConvBlock", "NextTransformerBlock"], (), None),
+    ("edgenext_xx_small", "EdgeNeXt", None, ["ConvBlock", "SplitTransposeBlock"], (), None),
+    ("repvit_m0_9", "RepViT", None, ["RepViTBlock"], (), None),
+    ("ghostnet_100", "GhostNet", None, ["GhostBottleneck"], (), None),
+    ("densenet121", "DenseNet", None, ["DenseLayer"], (), None),
+    ("dla34", "DLA", None, ["DlaBasic"], (), None),
+    # HRNet's SequentialList overrides forward with a List[Tensor] argument that TorchScript
+    # cannot type without an annotation timm does not have.
+    ("hrnet_w18_small", "HRNet", None, ["BasicBlock", "Bottleneck"], (), "does not script"),
+]
+
+
+def timm_entry(model_name, family, img_size, blocks, ci, expect_fail):
+    kwargs = {"img_size": img_size} if img_size else {}
+    size = img_size or 64
+    calls = TIMM_CALLS_PRE_LOGITS if family == "ViT" else TIMM_CALLS
+    return Entry("timm/" + model_name, "timm", family, timm_make(model_name, **kwargs),
+                 images(2, size), "2x3x%dx%d" % (size, size), calls, unit_types(*blocks),
+                 ci=ci, note="img_size=%d" % img_size if img_size else "",
+                 expect_fail=expect_fail)
+
+
+VOCAB = 128
+
+
+def hf_make(model_cls, config_cls, **config):
+    def make():
+        import transformers
+        transformers.logging.set_verbosity_error()
+        # use_cache=False: a cache object is no tensor and cannot leave a trace.
+        cfg = getattr(transformers, config_cls)(vocab_size=VOCAB, use_cache=False,
+                                                bos_token_id=0, eos_token_id=1, pad_token_id=0,
+                                                **config)
+        return getattr(transformers, model_cls)(cfg)
+    return make
+
+
+DECODER = dict(hidden_size=64, intermediate_size=128, num_hidden_layers=2, num_attention_heads=4,
+               num_key_value_heads=2, max_position_embeddings=64)
+T5 = dict(d_model=64, d_kv=16, d_ff=128, num_layers=2, num_decoder_layers=2, num_heads=4,
+          decoder_start_token_id=0)
+HF = [
+    # (name, family, model class, config class, config, block type, inputs, input text, CI)
+    ("gpt2", "GPT-2", "GPT2LMHeadModel", "GPT2Config",
+     dict(n_embd=64, n_layer=2, n_head=4, n_positions=64), "GPT2Block",
+     token_ids(2, 16, VOCAB), "input_ids 2x16", ("torch2",)),
+    ("llama", "Llama", "LlamaForCausalLM", "LlamaConfig", DECODER, "LlamaDecoderLayer",
+     token_ids(2, 16, VOCAB), "input_ids 2x16", ()),
+    ("qwen2", "Qwen2", "Qwen2ForCausalLM", "Qwen2Config", DECODER, "Qwen2DecoderLayer",
+     token_ids(2, 16, VOCAB), "input_ids 2x16", ()),
+    ("bert", "BERT", "BertModel", "BertConfig",
+     dict(hidden_size=64, num_hidden_layers=2, num_attention_heads=4, intermediate_size=128,
+          max_position_embeddings=64), "BertLayer",
+     token_ids(2, 16, VOCAB, mask=True), "input_ids, attention_mask 2x16", ("torch2",)),
+    ("t5", "T5", "T5ForConditionalGeneration", "T5Config", T5, "T5Block",
+     token_ids(2, 16, VOCAB, mask=True, decoder_length=8),
+     "input_ids, attention_mask 2x16, decoder_input_ids 2x8", ()),
+    ("t5_encoder", "T5", "T5EncoderModel", "T5Config", T5, "T5Block",
+     token_ids(2, 16, VOCAB, mask=True), "input_ids, attention_mask 2x16", ()),
+]
+
+
+def hf_entry(name, family, model_cls, config_cls, config, block, inputs, desc, ci):
+    n_inputs = desc.count(",") + 1
+    return Entry("hf/" + name, "hf", family, hf_make(model_cls, config_cls, **config), inputs,
+                 desc, [Call("forward", [Input(i) for i in range(n_inputs)])],
+                 unit_types(block), capture="trace", ci=ci,
+                 note="%s, 2 layers, traced" % model_cls)
+
+
+def registry():
+    entries = [tv_entry(n) for n in TV_MODELS]
+    entries += [timm_entry(*t) for t in TIMM]
+    entries += [hf_entry(*t) for t in HF]
+    return entries
+
+
+# ---- running one entry ----------------------------------------------------------------------
+
+class Failure(Exception):
+    """Ends an entry with a row: kind is what went wrong, in a table's words."""
+
+    def __init__(self, kind, detail):
+        super().__init__("%s: %s" % (kind, detail))
+        self.kind = kind
+        self.detail = detail
+
+
+def first_line(text, limit=300):
+    text = " ".join(str(text).split())
+    return text if len(text) <= limit else text[:limit - 3] + "..."
+
+
+def exception_text(e):
+    """What an exception says went wrong: TorchScript's frontend errors give the schema and
+    the reason in their first lines, the source excerpt after."""
+    lines = []
+    for l in str(e).splitlines():
+        if l.strip().startswith('File "'):
+            break
+        if l.strip():
+            lines.append(l.strip())
+    return first_line("%s: %s" % (type(e).__name__, " ".join(lines[:3])))
+
+
+def error_line(stderr):
+    """The last `Error:` line of a traceback, or fsdp-opt's `error:` line."""
+    lines = [l.strip() for l in stderr.splitlines() if l.strip()]
+    for l in lines:
+        if l.startswith("error:"):
+            return l
+    errs = [l for l in lines if re.match(r"^[\w.]*(Error|Exception)\b", l)]
+    return (errs or lines or ["(no output)"])[-1]
+
+
+def plain(value):
+    """Outputs as torch.save and same_bits take them: TorchScript NamedTuples (GoogLeNet's and
+    Inception's outputs) as tuples."""
+    import torch
+    if isinstance(value, torch.Tensor):
+        return value.detach()
+    if isinstance(value, tuple):
+        return tuple(plain(v) for v in value)
+    if isinstance(value, list):
+        return [plain(v) for v in value]
+    if isinstance(value, dict):
+        return {k: plain(v) for k, v in value.items()}
+    return value
+
+
+def resolve(call, inputs, outputs):
+    def one(a):
+        if isinstance(a, Input):
+            return inputs[a.index]
+        if isinstance(a, Ref):
+            return outputs[a.label]
+        return a
+    return [one(a) for a in call.args], {k: one(v) for k, v in call.kwargs.items()}
+
+
+def parse_stats(text):
+    stats = {"gathers": {}, "in_loops": {}}
+    for line in text.splitlines():
+        line = line.strip()
+        m = re.match(r"units: (\d+)$", line)
+        if m:
+            stats["units"] = int(m.group(1))
+        m = re.match(r"sharded bytes per rank: (\d+) \(of (\d+)\)$", line)
+        if m:
+            stats["sharded_bytes"], stats["full_bytes"] = int(m.group(1)), int(m.group(2))
+        m = re.match(r"replicated bytes per rank: (\d+)$", line)
+        if m:
+            stats["replicated_bytes"] = int(m.group(1))
+        m = re.match(r"gathers per call of (\w+): (\d+)(?: \((\d+) inside loops)?", line)
+        if m:
+            stats["gathers"][m.group(1)] = int(m.group(2))
+            stats["in_loops"][m.group(1)] = int(m.group(3) or 0)
+    return stats
+
+
+def human(n, unit=""):
+    for div, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if n >= div:
+            return "%.1f %s%s" % (n / div, suffix, unit) if unit else "%.1f%s" % (n / div, suffix)
+    return "%d %s" % (n, unit) if unit else str(n)
+
+
+class Row:
+    def __init__(self, entry):
+        self.entry = entry
+        self.units = ""
+        self.params = ""
+        self.bytes = ""
+        self.gathers = ""
+        self.transform_s = None
+        self.status = None      # exact | differs | error | cannot | xpass
+        self.parity = ""
+        self.elapsed = 0.0
+
+    @property
+    def ok(self):
+        return self.status in ("exact", "cannot")
+
+    def as_dict(self):
+        e = self.entry
+        return {"model": e.name, "family": e.family, "input": e.input_desc,
+                "flags": " ".join(e.flags), "units": self.units, "params": self.params,
+                "bytes": self.bytes, "gathers": self.gathers, "transform_s": self.transform_s,
+                "status": self.status, "parity": self.parity, "note": e.note,
+                "elapsed_s": round(self.elapsed, 1)}
+
+
+def describe_units(manifest, orig):
+    """'9: root (ResNet), 8 BasicBlock', from the manifest's unit paths and the modules' types."""
+    kinds = collections.Counter()
+    root = None
+    for unit in manifest["units"]:
+        if unit["path"] in (".", ""):
+            root = orig.original_name
+            continue
+        kinds[h.attr_path(orig, unit["path"]).original_name] += 1
+    parts = (["root (%s)" % root] if root else []) + ["%d %s" % (n, k) for k, n in kinds.most_common()]
+    return "%d: %s" % (len(manifest["units"]), ", ".join(parts))
+
+
+def count_params(module):
+    seen = set()
+    n = 0
+    for p in module.parameters():
+        if p.data_ptr() in seen:
+            continue
+        seen.add(p.data_ptr())
+        n += p.numel()
+    return n
+
+
+def transform(entry, orig_pt, out_dir, row):
+    """fsdp-opt with the entry's flags, for W ranks, with --stats."""
+    r = h.fsdp_opt(orig_pt, *entry.flags, "--world-size=%d" % WORLD, "--stats", "-o", out_dir,
+                   timeout=entry.timeout)
+    if r.timed_out:
+        raise Failure("fsdp-opt timed out", "after %.0f s" % r.elapsed)
+    row.transform_s = r.elapsed
+    if r.returncode != 0:
+        raise Failure("fsdp-opt failed", error_line(r.stderr))
+    return parse_stats(r.stdout)
+
+
+def run_entry(entry, opts):
+    row = Row(entry)
+    t0 = time.monotonic()
+    work = os.path.join(opts.work, re.sub(r"\W", "_", entry.name))
+    shutil.rmtree(work, ignore_errors=True)
+    os.makedirs(work)
+    try:
+        run_entry_in(entry, opts, row, work)
+    except Failure as f:
+        row.status = "error"
+        row.parity = "%s: %s" % (f.kind, f.detail)
+    except Exception as e:  # noqa: BLE001 - the runner itself: report it on the row
+        row.status = "error"
+        traceback.print_exc()
+        row.parity = "zoo runner: %s" % exception_text(e)
+    finally:
+        gc.collect()
+        if not opts.keep:
+            shutil.rmtree(work, ignore_errors=True)
+    if entry.expect_fail:
+        if row.status == "exact":
+            row.status = "xpass"
+            row.parity = "exact, but the registry says it cannot work (%s): update it" % entry.expect_fail
+        elif entry.expect_fail in row.parity:
+            row.status = "cannot"
+        else:
+            row.parity += " (expected instead: %s)" % entry.expect_fail
+    row.elapsed = time.monotonic() - t0
+    return row
+
+
+def run_entry_in(entry, opts, row, work):
+    import torch
+    orig_pt = os.path.join(work, "original.pt")
+    library = {"timm": "timm", "hf": "transformers", "torchvision": "torchvision"}[entry.source]
+    try:
+        __import__(library)
+    except ImportError as e:
+        raise Failure("%s not importable" % library,
+                      "%s (scripts/install-deps.sh installs it in the torch 2.x venv)" % e)
+
+    # Build and capture as a user would, then keep only the saved archive: what fsdp-opt reads
+    # is what the reference outputs come from.
+    example = entry.inputs(torch.Generator().manual_seed(0))
+    call_inputs = entry.inputs(torch.Generator().manual_seed(1)) if entry.capture == "trace" else example
+    try:
+        torch.manual_seed(0)
+        model = entry.make().eval()
+    except Exception as e:  # noqa: BLE001
+        raise Failure("cannot build", exception_text(e))
+    try:
+        with torch.no_grad():
+            if entry.capture == "script":
+                captured = torch.jit.script(model)
+            else:
+                # strict=False: the transformers models return dicts.
+                captured = torch.jit.trace(model, example, strict=False)
+    except Exception as e:  # noqa: BLE001
+        raise Failure("does not %s" % entry.capture, exception_text(e))
+    try:
+        captured.save(orig_pt)
+    except Exception as e:  # noqa: BLE001
+        raise Failure("does not save", exception_text(e))
+    del model, captured
+    gc.collect()
+
+    orig = torch.jit.load(orig_pt)
+    row.params = human(count_params(orig))
+    outputs = {}
+    resolved = []
+    for call in entry.calls:
+        if not hasattr(orig, call.method):
+            raise Failure("no method", "%s has no method %s in this version" % (entry.name, call.method))
+        args, kwargs = resolve(call, call_inputs, outputs)
+        try:
+            with torch.no_grad():
+                outputs[call.label] = plain(getattr(orig, call.method)(*args, **kwargs))
+        except Exception as e:  # noqa: BLE001
+            raise Failure("original fails", "%s: %s" % (call.label, exception_text(e)))
+        resolved.append((call.label, call.method, args, kwargs))
+    calls_pt = os.path.join(work, "calls.pt")
+    torch.save(resolved, calls_pt)
+
+    out_dir = os.path.join(work, "sharded")
+    stats = transform(entry, orig_pt, out_dir, row)
+    with open(os.path.join(out_dir, "manifest.json")) as f:
+        manifest = json.load(f)
+    row.units = describe_units(manifest, orig)
+    if "sharded_bytes" in stats:
+        per_rank = stats["sharded_bytes"] + stats.get("replicated_bytes", 0)
+        everything = stats["full_bytes"] + stats.get("replicated_bytes", 0)
+        row.bytes = "%s of %s" % (human(per_rank, "B"), human(everything, "B"))
+    del orig
+    gc.collect()
+
+    # Each rank file must hold exactly its shards: the parity below would not notice a file
+    # that kept the full parameters.
+    layout = h.Test(entry.name)
+    with contextlib.redirect_stdout(io.StringIO()) as printed:
+        h.check_rank_files(layout, out_dir, orig_pt, WORLD, "W=%d" % WORLD)
+    if layout.failed:
+        raise Failure("rank files", first_line(printed.getvalue().strip().splitlines()[-1]))
+    gc.collect()
+
+    results = h.run_ranks(WORLD, rank_worker, args={"dir": out_dir, "calls": calls_pt,
+                                                    "threads": opts.threads, "repeat": opts.repeat},
+                          timeout=entry.timeout)
+    bad = [r for r in results if not r.ok]
+    if bad:
+        r = bad[0]
+        why = ("still running after %d s, killed (slow or hung: the entry's timeout)" % entry.timeout
+               if r.timed_out else error_line(r.stderr))
+        raise Failure("rank %d failed" % r.rank, why)
+
+    diffs = []
+    problems = []
+    gathers = []
+    for i, (label, method, _, _) in enumerate(resolved):
+        predicted = stats["gathers"].get(method)
+        measured = {r.rank: [rep["gathers"][i] for rep in r.value] for r in results}
+        for r in results:
+            for k, rep in enumerate(r.value):
+                d = h.same_bits(rep["outputs"][i], outputs[label], label)
+                if d:
+                    diffs.append("rank %d call %d: %s" % (r.rank, k + 1, d))
+                if rep["unsharded_after"][i] != 0:
+                    problems.append("rank %d: %d bytes still unsharded after %s"
+                                    % (r.rank, rep["unsharded_after"][i], label))
+        counts = sorted({n for per in measured.values() for n in per})
+        if len(counts) != 1:
+            problems.append("%s: gathers per call vary: %s" % (label, measured))
+        elif predicted is not None and not stats["in_loops"].get(method) and counts[0] != predicted:
+            problems.append("%s: %d gathers per call, fsdp-opt --stats predicts %d"
+                            % (label, counts[0], predicted))
+        gathers.append("%s %s" % (label, "/".join(str(c) for c in counts)))
+    row.gathers = ", ".join(gathers)
+    problems = diffs + problems
+    if problems:
+        row.status = "differs" if diffs else "error"
+        row.parity = ("" if diffs else "outputs exact, but ") + "; ".join(problems[:4]) + (
+            "; ..." if len(problems) > 4 else "")
+    else:
+        row.status = "exact"
+        row.parity = "exact"
+
+
+def rank_worker(ctx):
+    """On each rank: load the rank file, make every call `repeat` times, return the outputs
+    with the collectives each call issued and what it left unsharded."""
+    import torch
+    torch.set_num_threads(ctx.args["threads"])
+    model = ctx.load(ctx.rank_file(ctx.args["dir"]))
+    calls = h.torch_load(ctx.args["calls"])
+    reps = []
+    for _ in range(ctx.args["repeat"]):
+        rep = {"outputs": [], "gathers": [], "unsharded_after": []}
+        for label, method, args, kwargs in calls:
+            ctx.reset_stats()
+            with torch.no_grad():
+                rep["outputs"].append(plain(getattr(model, method)(*args, **kwargs)))
+            s = ctx.stats()
+            rep["gathers"].append(s["all_gathers"])
+            rep["unsharded_after"].append(s["unsharded_bytes"])
+        reps.append(rep)
+    return reps
+
+
+# ---- selection, report, docs ----------------------------------------------------------------
+
+def leg():
+    import torch
+    return "torch2" if int(torch.__version__.split(".")[0]) >= 2 else "torch113"
+
+
+def versions():
+    out = {}
+    for name in ("torch", "torchvision", "timm", "transformers"):
+        try:
+            out[name] = __import__(name).__version__
+        except ImportError:
+            out[name] = "not installed"
+    r = h.run_tool([h.which("fsdp-opt"), "--version"], timeout=60)
+    out["fsdp-opt"] = r.stdout.strip().split(" ")[1] if r.returncode == 0 and " " in r.stdout else "?"
+    return out
+
+
+def unregistered_torchvision(entries):
+    """torchvision classification models this torchvision has and the registry lacks: rows
+    that fail, so that a new torchvision cannot silently grow past the zoo."""
+    import torchvision
+    known = {e.name for e in entries}
+    return [n for n in torchvision.models.list_models(module=torchvision.models)
+            if "torchvision/" + n not in known]
+
+
+def md(text):
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+STATUS_WORDS = {"exact": "exact", "differs": "**differs**", "error": "**error**",
+                "cannot": "cannot work", "xpass": "**unexpectedly works**"}
+
+
+TABLE_HEAD = [
+    "| model | input | fsdp-opt flags | units | parameters | bytes per rank | gathers per call | transform | parity |",
+    "| --- | --- | --- | --- | --- | --- | --- | --- | --- |",
+]
+
+
+def table_line(r):
+    e = r.entry
+    return "| %s | %s | %s | %s | %s | %s | %s | %s | %s |" % (
+        md(e.name + (" (%s)" % e.note if e.note else "")), md(e.input_desc),
+        md(" ".join("`%s`" % f for f in e.flags)), md(r.units), md(r.params), md(r.bytes),
+        md(r.gathers), "%.1f s" % r.transform_s if r.transform_s is not None else "",
+        md(STATUS_WORDS[r.status] + ("" if r.status == "exact" else ": " + r.parity)))
+
+
+def line_model(line):
+    return line[2:].split(" ", 1)[0]
+
+
+def line_status(line):
+    parity = line.rstrip().rstrip("|").rsplit(" | ", 1)[-1]
+    for status, word in STATUS_WORDS.items():
+        if parity.startswith(word):
+            return status
+    return "error"
+
+
+def markdown_section(the_leg, rows, argv, vers, threads, elapsed, previous=None, order=()):
+    """This leg's section. `previous`, the section a filtered run updates: its header stays,
+    a line says which rows this run replaced, and its other rows are kept."""
+    when = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+    how = "`%s` on %s: %s; %d intra-op thread%s, W=%d, %.0f s in all" % (
+        " ".join(argv), when, ", ".join("%s %s" % kv for kv in vers.items()), threads,
+        "" if threads == 1 else "s", WORLD, elapsed)
+    lines = {line_model(l): l for l in (previous or {}).get("rows", [])}
+    lines.update({r.entry.name: table_line(r) for r in rows})
+    rank = {name: i for i, name in enumerate(order)}
+    names = sorted(lines, key=lambda n: (rank.get(n, len(rank)), n))
+    counts = collections.Counter(line_status(lines[n]) for n in names)
+    if previous:
+        # An earlier re-run whose rows this run all replaces says nothing about the table.
+        ran = {r.entry.name for r in rows}
+        kept = [l for l in previous["header"] if not (l.startswith("Rows re-run by ") and set(
+            l.rstrip(".").rsplit(" in all: ", 1)[-1].split(", ")) <= ran)]
+        header = kept + ["Rows re-run by %s: %s." % (how, ", ".join(r.entry.name for r in rows))]
+    else:
+        header = ["Generated by %s." % how]
+    out = ["<!-- zoo:%s -->" % the_leg,
+           "## %s leg" % {"torch2": "torch 2.x", "torch113": "torch 1.13"}[the_leg], ""]
+    out += header
+    out += ["%d models: %d exact, %d differ, %d errors, %d cannot work%s." % (
+        len(names), counts["exact"], counts["differs"], counts["error"], counts["cannot"],
+        ", %d unexpectedly work" % counts["xpass"] if counts["xpass"] else ""), ""]
+    out += TABLE_HEAD + [lines[n] for n in names] + ["<!-- /zoo:%s -->" % the_leg]
+    return "\n".join(out) + "\n"
+
+
+def read_section(path, the_leg):
+    """The header lines (before the counts line) and table rows of this leg's section of
+    PATH, or None."""
+    if not os.path.exists(path):
+        return None
+    text = open(path).read()
+    begin, end = "<!-- zoo:%s -->" % the_leg, "<!-- /zoo:%s -->" % the_leg
+    if begin not in text or end not in text:
+        return None
+    body = text[text.index(begin) + len(begin):text.index(end)].strip().splitlines()[1:]
+    header = [l for l in body if l and not l.startswith("|") and not re.match(r"\d+ models: ", l)]
+    rows = [l for l in body if l.startswith("| ") and l not in TABLE_HEAD]
+    return {"header": header, "rows": rows}
+
+
+DOC_HEAD = """# Model zoo
+
+Real models through fsdp-opt: every torchvision classification model, the smallest variant of
+a dozen timm families (`timm.create_model(name, scriptable=True)`, random weights) and
+Hugging Face decoders and encoders traced from small random configs. Each is sharded for 2
+ranks with the flags in the table (its blocks or layers as units by type, the root a unit;
+FSDP1's size policy where a model has no blocks), and every method a user calls
+(`forward_features`, `forward_head`, `forward`) is run twice on both ranks and compared bit
+for bit with the original archive run in one process at the same thread count.
+
+Columns: *units*, how many and of which module types; *parameters*, elements (a tied
+parameter once); *bytes per rank*, the parameter bytes one rank holds (its shards plus
+replicated parameters) of the model's; *gathers per call*, collectives one call of the method
+issues on each rank (measured; checked against `fsdp-opt --stats`); *transform*, fsdp-opt's
+wall time (load, passes, writing both rank files); *parity*, exact or what went wrong.
+
+Regenerate with `bash scripts/models.sh` (both legs), or one leg with
+`python test/models/zoo.py --subset all --build build/<leg> --write-docs docs/models.md`.
+The CI subset runs in lit: `test/models/zoo-ci-*.py`.
+"""
+
+
+def write_docs(path, the_leg, section):
+    text = open(path).read() if os.path.exists(path) else DOC_HEAD
+    begin, end = "<!-- zoo:%s -->" % the_leg, "<!-- /zoo:%s -->" % the_leg
+    if begin in text and end in text:
+        before = text[:text.index(begin)]
+        after = text[text.index(end) + len(end):].lstrip("\n")
+        text = before + section + ("\n" + after if after else "")
+    else:
+        # torch 2.x's section first, whichever leg writes first.
+        other = "<!-- zoo:torch113 -->"
+        if the_leg == "torch2" and other in text:
+            i = text.index(other)
+            text = text[:i] + section + "\n" + text[i:]
+        else:
+            text = text.rstrip("\n") + "\n\n" + section
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, path)
+
+
+def main(argv):
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--subset", choices=["ci", "all"], default="ci")
+    ap.add_argument("--source", choices=["torchvision", "timm", "hf"], action="append",
+                    help="only entries from this library (repeatable)")
+    ap.add_argument("--filter", help="only entries whose name matches this regular expression")
+    ap.add_argument("--list", action="store_true", help="list the selected entries and exit")
+    ap.add_argument("--work", help="working directory (default: a temporary one)")
+    ap.add_argument("--keep", action="store_true", help="keep each entry's files in --work")
+    ap.add_argument("--build", help="a build directory: its bin/ first on PATH, its runtime library")
+    ap.add_argument("--threads", type=int,
+                    default=int(os.environ.get("OMP_NUM_THREADS", "1") or 1),
+                    help="intra-op threads, the same for the original and every rank "
+                         "(default: $OMP_NUM_THREADS, else 1)")
+    ap.add_argument("--repeat", type=int, default=2, help="calls of each method on each rank")
+    ap.add_argument("--write-docs", metavar="PATH", help="rewrite this leg's section of PATH")
+    ap.add_argument("--json", metavar="PATH", help="write the rows as JSON")
+    opts = ap.parse_args(argv)
+
+    os.environ["OMP_NUM_THREADS"] = str(opts.threads)
+    if opts.build:
+        build = os.path.abspath(opts.build)
+        os.environ["PATH"] = os.path.join(build, "bin") + os.pathsep + os.environ.get("PATH", "")
+        os.environ["FSDP_OPT_RUNTIME_LIB"] = os.path.join(build, "lib", "libfsdp_runtime.so")
+    os.environ.setdefault("FSDP_OPT_TIMEOUT_S", "60")
+    import torch
+    torch.set_num_threads(opts.threads)
+    the_leg = leg()
+
+    entries = registry()
+    selected = [e for e in entries if the_leg in e.legs
+                and (opts.subset == "all" or the_leg in e.ci)
+                and (not opts.source or e.source in opts.source)
+                and (not opts.filter or re.search(opts.filter, e.name))]
+    if opts.list:
+        for e in entries:
+            print("%-45s %-11s legs=%-16s ci=%-16s %s" % (
+                e.name, e.family, ",".join(e.legs), ",".join(e.ci) or "-", " ".join(e.flags)))
+        return 0
+    if not selected:
+        print("error: no entry selected for the %s leg (subset %s, source %s, filter %r)"
+              % (the_leg, opts.subset, opts.source, opts.filter), file=sys.stderr)
+        return 2
+    if not os.environ.get("FSDP_OPT_RUNTIME_LIB"):
+        print("error: FSDP_OPT_RUNTIME_LIB is not set: run under lit or pass --build DIR",
+              file=sys.stderr)
+        return 2
+
+    own_work = not opts.work
+    opts.work = os.path.abspath(opts.work or tempfile.mkdtemp(prefix="fsdp-zoo."))
+    os.makedirs(opts.work, exist_ok=True)
+    vers = versions()
+    print("zoo: %s leg, %s; %d entries, %d thread(s), W=%d" % (
+        the_leg, ", ".join("%s %s" % kv for kv in vers.items()), len(selected), opts.threads, WORLD),
+        flush=True)
+    t0 = time.monotonic()
+    rows = []
+    extra = []
+    if opts.subset == "all" and (not opts.source or "torchvision" in opts.source) and not opts.filter:
+        extra = unregistered_torchvision(entries)
+    for i, e in enumerate(selected):
+        print("[%d/%d] %s ..." % (i + 1, len(selected), e.name), flush=True)
+        row = run_entry(e, opts)
+        rows.append(row)
+        print("%s: %s%s [%.1f s]" % (e.name, row.status.upper(),
+                                     "" if row.status == "exact" else " - " + row.parity,
+                                     row.elapsed), flush=True)
+        if row.status == "exact":
+            print("    units %s; params %s; bytes/rank %s; gathers %s; transform %.1f s" % (
+                row.units, row.params, row.bytes, row.gathers, row.transform_s), flush=True)
+    for name in extra:
+        e = Entry("torchvision/" + name, "torchvision", name, None, None, "", [], [], legs=LEGS)
+        row = Row(e)
+        row.status = "error"
+        row.parity = "in torchvision %s but not in the zoo registry (test/models/zoo.py)" % vers["torchvision"]
+        rows.append(row)
+        print("%s: ERROR - %s" % (e.name, row.parity), flush=True)
+    elapsed = time.monotonic() - t0
+    if own_work and not opts.keep:
+        shutil.rmtree(opts.work, ignore_errors=True)
+
+    counts = collections.Counter(r.status for r in rows)
+    failed = [r for r in rows if not r.ok]
+    if opts.json:
+        with open(opts.json, "w") as f:
+            json.dump([r.as_dict() for r in rows], f, indent=1)
+    if opts.write_docs:
+        shown = ["python", "test/models/zoo.py", "--subset", opts.subset]
+        shown += ["--source=" + s for s in opts.source or []]
+        shown += ["--filter='%s'" % opts.filter] if opts.filter else []
+        shown += ["--write-docs", opts.write_docs]
+        # A run of some entries only updates their rows of the existing table.
+        partial = bool(opts.source or opts.filter) or opts.subset != "all"
+        previous = read_section(opts.write_docs, the_leg) if partial else None
+        write_docs(opts.write_docs, the_leg, markdown_section(
+            the_leg, rows, shown, vers, opts.threads, elapsed, previous,
+            [e.name for e in entries]))
+        print("zoo: wrote the %s section of %s" % (the_leg, opts.write_docs), flush=True)
+    print("zoo %s %s: %d exact, %d cannot work, %d failed%s [%.0f s]" % (
+        the_leg, opts.subset, counts["exact"], counts["cannot"], len(failed),
+        (" (" + ", ".join(r.entry.name for r in failed) + ")") if failed else "", elapsed), flush=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
