@@ -283,12 +283,13 @@ def scenario_main(torch, rank, world, rep):
                     s = stats(torch)
                     readings.append((s["host_buffer_cached_bytes"], s["host_buffer_cache_limit"]))
             one_gather = readings[0][1]  # nothing overlapped yet: one gather's buffers
-            expect(one_gather > 0 and readings[-1][0] > 0, "nothing cached: %s" % readings)
-            expect(all(c <= lim for c, lim in readings), "cache above its limit: %s" % readings)
-            # Gloo's worker may drop the previous gather's pack/receive buffers only after the
-            # next gather took its own: at most one gather's worth more than one gather.
-            expect(max(lim for _, lim in readings) <= 2 * one_gather,
-                   "the cache grew while the same sizes came back: %s" % readings)
+            expect(one_gather > 0, "nothing went through the pool: %s" % readings)
+            # Gloo only borrows the pack and receive buffers (gloo_backend.cpp), so they are back
+            # in the pool when all_gather returns and the full parameters when reshard does,
+            # however late Gloo's worker drops its finished work: after every reshard the pool
+            # holds exactly one gather's buffers, and its bound never grows past them.
+            expect(all(r == (one_gather, one_gather) for r in readings),
+                   "the pool kept other than one gather's buffers: %s" % readings)
             ops.release_all()
             s = stats(torch)
             expect(s["host_buffer_cached_bytes"] == 0, "release_all kept cached buffers: %s" % s)
