@@ -27,10 +27,6 @@ void CollectiveBackend::checkAllGatherArgs(const at::Tensor& input,
               " vs ", output.device(), ")");
 }
 
-void CollectiveBackend::allGatherBytes(const at::Tensor& input, const at::Tensor& output) {
-  allGatherBytesAsync(input, output)->wait();
-}
-
 std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesAsync(const at::Tensor&,
                                                                           const at::Tensor&) {
   unsupported("asynchronous all-gather");
@@ -41,7 +37,7 @@ std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesGroupedAsync
   unsupported("grouped all-gathers");
 }
 
-void CollectiveBackend::barrier() { unsupported("barrier"); }
+void CollectiveBackend::checkTensorDevice(const c10::Device&, const std::string&) const {}
 
 }  // namespace runtime
 }  // namespace fsdp_opt

@@ -6,6 +6,8 @@
 // c10d's exported functions and holds gloo objects through shared_ptr, never by value.
 #include "collective_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 
@@ -16,14 +18,12 @@
 
 #include <c10/util/Exception.h>
 
+#include "environment.h"
+#include "errors.h"
+
 namespace fsdp_opt {
 namespace runtime {
 namespace {
-
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 // Gloo only borrows the bytes it moves: it gets views that do not own their memory, and the
 // owning tensors stay with the pending collective. Gloo's worker thread keeps a finished piece
@@ -107,7 +107,7 @@ class GlooBackend final : public CollectiveBackend {
             c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
       }
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "gloo cannot use ", where, ": ", describe(e));
+      TORCH_CHECK(false, "gloo cannot use ", where, ": ", detail::describeException(e));
     }
     pgOptions->threads = options.threads;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdp_opt/gloo/", store);
@@ -116,7 +116,7 @@ class GlooBackend final : public CollectiveBackend {
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "gloo rendezvous of rank ", rank, " of ", size, " failed within ",
                   options.timeout.count() / 1000.0,
-                  " s; a peer may have died or not started: ", describe(e));
+                  " s; a peer may have died or not started: ", detail::describeException(e));
     }
   }
 
@@ -153,12 +153,6 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
-  void barrier() override {
-    c10d::BarrierOptions opts;
-    opts.timeout = options().timeout;
-    pg_->barrier(opts)->wait(options().timeout);
-  }
-
  private:
   int rank_;
   int size_;
@@ -166,12 +160,32 @@ class GlooBackend final : public CollectiveBackend {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
-std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   int rank, int size,
-                                                   const GlooBackendOptions& options) {
-  return std::make_unique<GlooBackend>(store, rank, size, options);
+GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
+  GlooBackendOptions options;
+  options.timeout = group.timeout;
+  options.interfaces = detail::envList("GLOO_SOCKET_IFNAME");
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (!isLoopback(group.masterAddr) && ::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] != '\0') {
+    options.hostname = buf;
+  }
+  return options;
+}
+
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
+                                                     const std::string& context) {
+  TORCH_CHECK(group.store, context, ": no rendezvous store for world size ", group.world);
+  try {
+    return std::make_unique<GlooBackend>(group.store, group.rank, group.world,
+                                         GlooBackendOptions::forGroup(group));
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, context, ": creating the gloo backend failed: ", e.what_without_backtrace());
+  }
 }
 
 }  // namespace runtime

@@ -9,10 +9,12 @@
 namespace fsdp_opt {
 namespace runtime {
 
-std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>&, int,
-                                                   int, const GlooBackendOptions&) {
-  TORCH_CHECK(false, "this libfsdp_runtime was built without gloo (FSDP_OPT_BUILD_GLOO=OFF, or no "
-              "gloo headers with FSDP_OPT_REQUIRE_GLOO=OFF): CPU tensors work at world size 1 only");
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
+                                                     const std::string& context) {
+  TORCH_CHECK(group.store, context, ": no rendezvous store for world size ", group.world);
+  TORCH_CHECK(false, context, ": creating the gloo backend failed: this libfsdp_runtime was built "
+              "without gloo (FSDP_OPT_BUILD_GLOO=OFF, or no gloo headers with "
+              "FSDP_OPT_REQUIRE_GLOO=OFF): CPU tensors work at world size 1 only");
 }
 
 }  // namespace runtime

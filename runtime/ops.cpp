@@ -8,7 +8,7 @@
 #include <ATen/core/Dict.h>
 
 #include "fsdp_opt/runtime.h"
-#include "gather.h"
+#include "unshard_state.h"
 #include "process_group.h"
 
 namespace {

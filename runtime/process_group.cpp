@@ -7,21 +7,17 @@
 #include <cmath>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <mutex>
 #include <set>
-#include <sstream>
 
 #include <c10/util/Exception.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
-#include "communicator_id.h"
-#include "device_mapping.h"
+#include "data_path.h"
+#include "environment.h"
 #include "fsdp_opt/runtime.h"
-
-#ifdef FSDP_OPT_WITH_CUDA
-#include <c10/cuda/CUDAFunctions.h>
-#endif
 
 namespace fsdp_opt {
 namespace runtime {
@@ -30,35 +26,6 @@ namespace {
 
 constexpr double kDefaultTimeoutSeconds = 300.0;
 
-const char* getenvOrNull(const char* name) {
-  const char* v = std::getenv(name);
-  return (v != nullptr && *v != '\0') ? v : nullptr;
-}
-
-int64_t parseIntEnv(const char* name, const char* value, int64_t lo, int64_t hi) {
-  errno = 0;
-  char* end = nullptr;
-  const long long v = std::strtoll(value, &end, 10);
-  TORCH_CHECK(errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi,
-              "fsdp: environment variable ", name, "='", value,
-              "' is not an integer in [", lo, ", ", hi, "]");
-  return v;
-}
-
-std::vector<std::string> splitComma(const std::string& s) {
-  std::vector<std::string> out;
-  std::string cur;
-  std::istringstream is(s);
-  while (std::getline(is, cur, ',')) {
-    if (!cur.empty()) out.push_back(cur);
-  }
-  return out;
-}
-
-bool isLoopback(const std::string& addr) {
-  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
-}
-
 struct GroupState {
   bool initialized = false;
   GroupInfo info;
@@ -66,10 +33,8 @@ struct GroupState {
   int masterPort = 0;
   std::chrono::milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> store;  // null when world == 1
-  std::shared_ptr<CollectiveBackend> cpuBackend;
-  std::shared_ptr<CollectiveBackend> cudaBackend;  // NCCL, on device cudaDevice
-  int cudaDevice = -1;
-  std::string cudaDeviceOrigin;  // why cudaDevice, for messages ("LOCAL_RANK=1", ...)
+  // One backend per device type, created at the first gather that needs it (data_path.h).
+  std::map<c10::DeviceType, std::shared_ptr<CollectiveBackend>> backends;
   bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
@@ -121,49 +86,42 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
   st.masterPort = port;
   st.timeout = timeout;
   st.store = std::move(store);
-  st.cpuBackend.reset();
-  st.cudaBackend.reset();
-  st.cudaDevice = -1;
-  st.cudaDeviceOrigin.clear();
+  st.backends.clear();
   st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
 }
 
 void initFromEnvLocked(GroupState& st) {
-  const char* worldEnv = getenvOrNull("WORLD_SIZE");
-  const char* rankEnv = getenvOrNull("RANK");
   int world = 1;
   int rank = 0;
-  if (worldEnv != nullptr) {
-    world = static_cast<int>(parseIntEnv("WORLD_SIZE", worldEnv, 1, INT_MAX));
-  }
-  if (rankEnv != nullptr) {
-    rank = static_cast<int>(parseIntEnv("RANK", rankEnv, 0, INT_MAX));
+  if (envValue("WORLD_SIZE") != nullptr) world = static_cast<int>(envInt("WORLD_SIZE", 1, INT_MAX));
+  if (envValue("RANK") != nullptr) {
+    rank = static_cast<int>(envInt("RANK", 0, INT_MAX));
   } else {
     TORCH_CHECK(world == 1, "fsdp: WORLD_SIZE=", world, " is set but RANK is not");
   }
   TORCH_CHECK(rank < world, "fsdp: RANK=", rank, " is out of range for WORLD_SIZE=", world);
   int localRank = rank;
-  const char* lr = getenvOrNull("LOCAL_RANK");
-  if (lr != nullptr) localRank = static_cast<int>(parseIntEnv("LOCAL_RANK", lr, 0, INT_MAX));
+  const bool localRankFromEnv = envValue("LOCAL_RANK") != nullptr;
+  if (localRankFromEnv) localRank = static_cast<int>(envInt("LOCAL_RANK", 0, INT_MAX));
   std::string addr = "127.0.0.1";
-  if (const char* a = getenvOrNull("MASTER_ADDR")) addr = a;
+  if (const char* a = envValue("MASTER_ADDR")) addr = a;
   int port = 0;
-  if (const char* p = getenvOrNull("MASTER_PORT")) {
-    port = static_cast<int>(parseIntEnv("MASTER_PORT", p, 1, 65535));
+  if (envValue("MASTER_PORT") != nullptr) {
+    port = static_cast<int>(envInt("MASTER_PORT", 1, 65535));
   } else {
     TORCH_CHECK(world == 1, "fsdp: WORLD_SIZE=", world,
                 " needs MASTER_PORT (the port of rank 0's rendezvous store)");
   }
   // Under torchrun the agent already hosts a TCPStore on MASTER_PORT: every rank is a client.
-  const char* agent = getenvOrNull("TORCHELASTIC_USE_AGENT_STORE");
+  const char* agent = envValue("TORCHELASTIC_USE_AGENT_STORE");
   const bool agentStore = agent != nullptr && std::string(agent) == "True";
   std::string prefix = "fsdp_opt/";
-  if (const char* restart = getenvOrNull("TORCHELASTIC_RESTART_COUNT")) {
+  if (const char* restart = envValue("TORCHELASTIC_RESTART_COUNT")) {
     prefix += std::string(restart) + "/";
   }
-  initLocked(st, rank, world, localRank, lr != nullptr, addr, port, timeoutFromEnv(), agentStore,
+  initLocked(st, rank, world, localRank, localRankFromEnv, addr, port, timeoutFromEnv(), agentStore,
              prefix);
 }
 
@@ -173,34 +131,11 @@ GroupState& ensureLocked() {
   return st;
 }
 
-std::string gatherHostname(const std::string& masterAddr) {
-  if (isLoopback(masterAddr)) return "127.0.0.1";
-  char buf[HOST_NAME_MAX + 1] = {0};
-  if (::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] != '\0') return buf;
-  return "127.0.0.1";
-}
-
-#ifdef FSDP_OPT_WITH_CUDA
-// What chooses this rank's CUDA device. LOCAL_RANK and LOCAL_WORLD_SIZE count only when the
-// group came from torchrun's environment; an explicit init names no local rank.
-CudaDeviceEnv cudaDeviceEnvLocked(const GroupState& st) {
-  CudaDeviceEnv env;
-  if (const char* v = getenvOrNull("FSDP_OPT_CUDA_DEVICE")) env.override = v;
-  if (st.localRankFromEnv) {
-    env.localRank = st.info.localRank;
-    if (const char* v = getenvOrNull("LOCAL_WORLD_SIZE")) {
-      env.localWorldSize = static_cast<int>(parseIntEnv("LOCAL_WORLD_SIZE", v, 1, INT_MAX));
-    }
-  }
-  return env;
-}
-#endif
-
 }  // namespace
 
 std::chrono::milliseconds timeoutFromEnv() {
   double seconds = kDefaultTimeoutSeconds;
-  if (const char* v = getenvOrNull("FSDP_OPT_TIMEOUT_S")) {
+  if (const char* v = envValue("FSDP_OPT_TIMEOUT_S")) {
     char* end = nullptr;
     errno = 0;
     seconds = std::strtod(v, &end);
@@ -221,74 +156,21 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
                                               const std::string& context) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
-  if (device.is_cpu()) {
-    if (!st.cpuBackend) {
-      TORCH_CHECK(st.store, context, ": no rendezvous store for world size ", st.info.world);
-      GlooBackendOptions opts;
-      opts.timeout = st.timeout;
-      if (const char* ifn = getenvOrNull("GLOO_SOCKET_IFNAME")) {
-        opts.interfaces = splitComma(ifn);
-      }
-      opts.hostname = gatherHostname(st.masterAddr);
-      try {
-        st.cpuBackend = makeGlooBackend(st.store, st.info.rank, st.info.world, opts);
-      } catch (const c10::Error& e) {
-        TORCH_CHECK(false, context, ": creating the gloo backend failed: ",
-                    e.what_without_backtrace());
-      }
-    }
-    return st.cpuBackend;
+  const DevicePath* path = devicePathFor(device);
+  if (path == nullptr) throwNoDevicePath(device, context);
+  std::shared_ptr<CollectiveBackend>& backend = st.backends[device.type()];
+  if (!backend) {
+    BackendGroup group;
+    group.store = st.store;
+    group.rank = st.info.rank;
+    group.world = st.info.world;
+    if (st.localRankFromEnv) group.localRank = st.info.localRank;
+    group.masterAddr = st.masterAddr;
+    group.timeout = st.timeout;
+    backend = path->createBackend(group, device, context);
   }
-  if (device.is_cuda()) {
-#ifdef FSDP_OPT_WITH_CUDA
-    // One communicator per process group, on this rank's device (device_mapping.h).
-    const int index = device.has_index() ? device.index() : 0;
-    if (!st.cudaBackend) {
-      // First thing of every creation attempt, on every rank, whatever fails below: the n-th
-      // attempt of every rank then uses the same store key (communicator_id.h).
-      const std::string key = nextCommunicatorIdKey();
-      TORCH_CHECK(st.info.world == 1 || st.store, context, ": no rendezvous store for world size ",
-                  st.info.world);
-      CudaDeviceChoice choice;
-      try {
-        choice = chooseCudaDevice(cudaDeviceEnvLocked(st), index, c10::cuda::device_count());
-      } catch (const c10::Error& e) {
-        choice.error = e.what_without_backtrace();
-      }
-      if (!choice.error.empty()) {
-        // The peers are about to wait for rank 0's id: tell them why there is none.
-        if (st.info.rank == 0 && st.info.world > 1) {
-          publishCommunicatorIdFailure(*st.store, key, "rank 0: " + choice.error);
-        }
-        TORCH_CHECK(false, context, ": ", choice.error);
-      }
-      NcclBackendOptions opts;
-      opts.timeout = st.timeout.count() > 0 ? st.timeout : timeoutFromEnv();
-      const char* blocking = getenvOrNull("FSDP_OPT_CUDA_BLOCKING_WAIT");
-      opts.blockingWait = blocking != nullptr && std::string(blocking) != "0";
-      opts.storeKey = key;
-      try {
-        st.cudaBackend = makeNcclBackend(st.store, st.info.rank, st.info.world, choice.device, opts);
-      } catch (const c10::Error& e) {
-        TORCH_CHECK(false, context, ": creating the nccl backend failed: ",
-                    e.what_without_backtrace());
-      }
-      st.cudaDevice = choice.device;
-      st.cudaDeviceOrigin = choice.origin;
-    }
-    TORCH_CHECK(index == st.cudaDevice, context, ": parameters are on ", device.str(),
-                " but this rank's NCCL communicator is on cuda:", st.cudaDevice, " (",
-                st.cudaDeviceOrigin, "; one device per rank); move the model to cuda:",
-                st.cudaDevice);
-    return st.cudaBackend;
-#else
-    TORCH_CHECK(false, context, ": parameters are on ", device.str(),
-                " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU tensors; "
-                "build with -DFSDP_OPT_ENABLE_CUDA=ON)");
-#endif
-  }
-  TORCH_CHECK(false, context, ": no collective backend for tensors on ", device.str());
-  return nullptr;
+  backend->checkTensorDevice(device, context);
+  return backend;
 }
 
 // What a rank whose file does not fit the process group publishes in place of its hash.
@@ -379,20 +261,17 @@ void initProcessGroup(int rank, int worldSize, const std::string& masterAddr, in
 }
 
 void destroyProcessGroup() {
-  std::shared_ptr<CollectiveBackend> backend;
-  std::shared_ptr<CollectiveBackend> cudaBackend;
+  std::map<c10::DeviceType, std::shared_ptr<CollectiveBackend>> backends;
   c10::intrusive_ptr<c10d::Store> store;
   {
     std::lock_guard<std::mutex> lock(detail::groupMutex());
     detail::GroupState& st = detail::state();
-    backend = std::move(st.cpuBackend);
-    cudaBackend = std::move(st.cudaBackend);
+    backends = std::move(st.backends);
     store = std::move(st.store);
     st = detail::GroupState();
   }
   // Destroyed outside the lock: Gloo joins its threads; NCCL finalizes its communicator.
-  backend.reset();
-  cudaBackend.reset();
+  backends.clear();
   store.reset();
 }
 

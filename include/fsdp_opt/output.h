@@ -13,7 +13,6 @@
 namespace fsdp_opt {
 
 constexpr int kManifestFormatVersion = 1;
-const char* toolVersion();
 
 std::string sha256Hex(const std::string& bytes);
 std::string sha256OfFile(const std::string& path);

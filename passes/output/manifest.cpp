@@ -49,8 +49,6 @@ std::string dtypeName(c10::ScalarType type) {
 
 }  // namespace
 
-const char* toolVersion() { return FSDP_OPT_VERSION; }
-
 std::string sha256Hex(const std::string& bytes) {
   EVP_MD_CTX* context = EVP_MD_CTX_new();
   EVP_DigestInit_ex(context, EVP_sha256(), nullptr);

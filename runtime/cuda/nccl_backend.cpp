@@ -2,8 +2,8 @@
 // ProcessGroupNCCL). Deliberately thin: the byte all-gather (alone, or one per parameter inside
 // ncclGroupStart/End for the parameter-major layout), communicator creation (unique id through
 // the c10d store), and error handling. Everything around it (packing, casts, streams,
-// buffer lifetime, bookkeeping) is shared with the paths that run without NCCL (cuda_unshard.cpp,
-// copy_plan.h, gather.cpp). See docs/runtime.md, "NCCL".
+// buffer lifetime, bookkeeping) is shared with the paths that run without NCCL (cuda_data_path.cpp,
+// copy_plan.h, unshard_state.cpp). See docs/runtime.md, "NCCL".
 //
 // Error handling:
 //   - the communicator is non-blocking (ncclConfig_t::blocking = 0), so creating it and
@@ -28,6 +28,7 @@
 
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -41,6 +42,7 @@
 #include <vector>
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -49,17 +51,15 @@
 #include "../collective_backend.h"
 #include "../collective_deadlines.h"
 #include "../communicator_id.h"
+#include "../device_mapping.h"
+#include "../environment.h"
+#include "../errors.h"
 
 namespace fsdp_opt {
 namespace runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 std::string ncclText(ncclResult_t r, ncclComm_t comm) {
   std::string s = ncclGetErrorString(r);
@@ -312,7 +312,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     } catch (const std::exception& e) {
       // The communicator can no longer be watched, so it must not be used either.
       std::lock_guard<std::mutex> lock(mutex_);
-      abortLocked("the NCCL watchdog failed: " + describe(e));
+      abortLocked("the NCCL watchdog failed: " + detail::describeException(e));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
       abortLocked("the NCCL watchdog failed with an unknown exception");
@@ -382,6 +382,7 @@ class NcclBackend final : public CollectiveBackend {
         rank_(rank),
         size_(size),
         device_(device),
+        origin_(options.deviceOrigin),
         blockingWait_(options.blockingWait) {}
 
   ~NcclBackend() override { comm_->shutdown(); }
@@ -389,6 +390,14 @@ class NcclBackend final : public CollectiveBackend {
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
+  void checkTensorDevice(const c10::Device& device, const std::string& context) const override {
+    const int index = device.has_index() ? device.index() : 0;
+    TORCH_CHECK(device.is_cuda() && index == device_, context, ": parameters are on ", device.str(),
+                " but this rank's NCCL communicator is on cuda:", static_cast<int>(device_), " (",
+                origin_, "; one device per rank); move the model to cuda:",
+                static_cast<int>(device_));
+  }
 
   std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
                                                          const at::Tensor& output) override {
@@ -429,10 +438,9 @@ class NcclBackend final : public CollectiveBackend {
   int rank_;
   int size_;
   c10::DeviceIndex device_;
+  std::string origin_;
   bool blockingWait_;
 };
-
-}  // namespace
 
 std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                    int rank, int size, int device,
@@ -465,7 +473,7 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
     } catch (const std::exception& e) {
       TORCH_CHECK(false, "fsdp: exchanging the NCCL unique id through the store failed within ", t,
                   " s (rank ", rank, " of ", size, "); a peer may have died or not started: ",
-                  describe(e));
+                  detail::describeException(e));
     }
     TORCH_CHECK(rank0Failure.empty(), "fsdp: rank 0 could not create the NCCL unique id (store key '",
                 options.storeKey, "'), so no communicator can be created: ", rank0Failure);
@@ -504,6 +512,52 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
   }
   return std::make_unique<NcclBackend>(std::move(shared), rank, size,
                                        static_cast<c10::DeviceIndex>(device), options);
+}
+
+}  // namespace
+
+std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendGroup& group,
+                                                     const c10::Device& tensors,
+                                                     const std::string& context) {
+  // First thing of every creation attempt, on every rank, whatever fails below: the n-th
+  // attempt of every rank then uses the same store key (communicator_id.h).
+  const std::string key = detail::nextCommunicatorIdKey();
+  TORCH_CHECK(group.world == 1 || group.store, context, ": no rendezvous store for world size ",
+              group.world);
+  detail::CudaDeviceChoice choice;
+  try {
+    // LOCAL_RANK and LOCAL_WORLD_SIZE count only when the group came from torchrun's
+    // environment; an explicit init names no local rank.
+    detail::CudaDeviceEnv env;
+    if (const char* v = detail::envValue("FSDP_OPT_CUDA_DEVICE")) env.override = v;
+    if (group.localRank) {
+      env.localRank = group.localRank;
+      if (detail::envValue("LOCAL_WORLD_SIZE") != nullptr) {
+        env.localWorldSize = static_cast<int>(detail::envInt("LOCAL_WORLD_SIZE", 1, INT_MAX));
+      }
+    }
+    const int index = tensors.has_index() ? tensors.index() : 0;
+    choice = detail::chooseCudaDevice(env, index, c10::cuda::device_count());
+  } catch (const c10::Error& e) {
+    choice.error = e.what_without_backtrace();
+  }
+  if (!choice.error.empty()) {
+    // The peers are about to wait for rank 0's id: tell them why there is none.
+    if (group.rank == 0 && group.world > 1) {
+      detail::publishCommunicatorIdFailure(*group.store, key, "rank 0: " + choice.error);
+    }
+    TORCH_CHECK(false, context, ": ", choice.error);
+  }
+  NcclBackendOptions options;
+  options.timeout = group.timeout;
+  options.blockingWait = detail::envSwitch("FSDP_OPT_CUDA_BLOCKING_WAIT");
+  options.storeKey = key;
+  options.deviceOrigin = choice.origin;
+  try {
+    return makeNcclBackend(group.store, group.rank, group.world, choice.device, options);
+  } catch (const c10::Error& e) {
+    TORCH_CHECK(false, context, ": creating the nccl backend failed: ", e.what_without_backtrace());
+  }
 }
 
 int ncclVersionLinked() {

@@ -10,13 +10,13 @@
 // all_gather_start / all_gather_wait form:
 //   classify  every listed parameter: already gathered (its count will rise), an alias of a
 //             gathered shard (attached), or fresh; all checks happen here, before anything moves;
-//   issue     the fresh groups' unshard on their device's path (unshard.h): buffers allocated,
+//   issue     the fresh groups' unshard on their device's path (data_path.h): buffers allocated,
 //             collective started; the parameters are marked in flight;
 //   commit    wait for it, swap the fresh groups in and register them (count 0); then the
 //             classification runs again and raises every group's count by one.
 // all_gather does all three at once; all_gather_start does classify + issue; all_gather_wait
 // does commit.
-#include "gather.h"
+#include "unshard_state.h"
 
 #include <algorithm>
 #include <map>
@@ -30,11 +30,12 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include "data_path.h"
+#include "errors.h"
 #include "fsdp_opt/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
-#include "unshard.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -59,7 +60,7 @@ struct Group {
   bool swapped = false;  // false at world size 1 without a cast: the shard is the full tensor
   std::string unit;
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
-  std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (unshard.h)
+  std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (data_path.h)
 };
 
 // One issued unshard whose groups are not swapped in yet.
@@ -111,12 +112,6 @@ std::string ctxOf(const char* op, const std::string& unit) {
 bool sameMetadata(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.device() == b.device() &&
          a.sizes() == b.sizes() && a.strides() == b.strides();
-}
-
-int64_t rowBytesOf(const at::Tensor& t, at::ScalarType dtype) {
-  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
 }
 
 // param_dtype applies to floating-point parameters only (FSDP2's MixedPrecisionPolicy casts
@@ -285,7 +280,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     g->fullRows = fullRows[i];
     g->unit = unit;
     g->dtype = gatheredDtype(p.scalar_type(), paramDtype);
-    g->fullBytes = fullRows[i] * rowBytesOf(p, g->dtype);
+    g->fullBytes = fullRows[i] * rowBytesAs(p, g->dtype);
     freshByKey.emplace(key, g);
     out.fresh.push_back(std::move(g));
   }

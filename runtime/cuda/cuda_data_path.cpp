@@ -2,8 +2,8 @@
 // collective itself is the NCCL backend's (nccl_backend.cpp); everything here also runs at
 // world size 1, where there is no NCCL call. Two layouts for the NCCL path: packed (one
 // all-gather per unit, copy-in and copy-out kernels) and per-param (one all-gather per
-// parameter in one NCCL group, no copy-out). See cuda_unshard.h for the protocol.
-#include "cuda_unshard.h"
+// parameter in one NCCL group, no copy-out). See cuda_data_path.h for the protocol.
+#include "cuda_data_path.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +20,7 @@
 #include <c10/util/Exception.h>
 
 #include "../collective_backend.h"
+#include "../environment.h"
 #include "../process_group.h"
 #include "copy_kernels.h"
 
@@ -31,17 +32,11 @@ namespace {
 
 using copyplan::ElemType;
 
-// A switch in the environment: set, non-empty and not "0".
-bool envFlag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
 // FSDP_OPT_CUDA_FORCE_NCCL=1: at world size 1, take the NCCL path (copy-in, a one-rank
 // communicator's all-gather, copy-out) instead of the copy-only one. For testing that path on
 // a machine with one GPU; read once.
 bool forceNccl() {
-  static const bool value = envFlag("FSDP_OPT_CUDA_FORCE_NCCL");
+  static const bool value = envSwitch("FSDP_OPT_CUDA_FORCE_NCCL");
   return value;
 }
 
@@ -49,7 +44,7 @@ bool forceNccl() {
 // reported by the launch that caused it (named) instead of by whatever CUDA call comes next.
 // Costs the overlap of gathers with compute; for debugging. Read once.
 bool debugSync() {
-  static const bool value = envFlag("FSDP_OPT_CUDA_DEBUG_SYNC");
+  static const bool value = envSwitch("FSDP_OPT_CUDA_DEBUG_SYNC");
   return value;
 }
 
@@ -58,7 +53,7 @@ std::atomic<int> g_layoutOverride{-1};
 
 GatherLayout layoutFromEnv() {
   static const GatherLayout value = [] {
-    const char* v = std::getenv("FSDP_OPT_CUDA_GATHER_LAYOUT");
+    const char* v = envValue("FSDP_OPT_CUDA_GATHER_LAYOUT");
     const std::string s = v == nullptr ? "" : v;
     if (s.empty() || s == "packed") return GatherLayout::kPacked;
     if (s == "per-param") return GatherLayout::kPerParam;
@@ -66,18 +61,6 @@ GatherLayout layoutFromEnv() {
                 " is not a gather layout; use packed (the default) or per-param");
   }();  // a bad value throws here, and again at every later gather (the static stays unset)
   return value;
-}
-
-std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
-  std::vector<int64_t> sizes = shard.sizes().vec();
-  sizes[0] = fullRows;
-  return sizes;
-}
-
-int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
-  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
 }
 
 // The kernel's (source, destination) types for copying `from` into `to`: plain bytes when
@@ -91,7 +74,7 @@ void kernelTypes(at::ScalarType from, at::ScalarType to, ElemType& src, ElemType
               "fsdp: the CUDA copy kernel does not convert ", from, " to ", to);
 }
 
-// The completion of one CUDA unshard, kept by its groups for nested gathers (unshard.h).
+// The completion of one CUDA unshard, kept by its groups for nested gathers (data_path.h).
 class CudaNestedGatherHook final : public NestedGatherHook {
  public:
   explicit CudaNestedGatherHook(c10::Device device) : device_(device) {}
