@@ -149,10 +149,14 @@ const DevicePath* devicePathFor(const c10::Device& device) {
 }
 
 void throwNoDevicePath(const c10::Device& device, const std::string& context) {
-  TORCH_CHECK(!device.is_cuda(), context, ": parameters are on ", device.str(),
-              " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU tensors; "
-              "build with -DFSDP_OPT_ENABLE_CUDA=ON)");
-  TORCH_CHECK(false, context, ": no collective backend for tensors on ", device.str());
+  if (device.is_cuda()) {
+    raise(ErrorKind::kBadInput,
+          c10::str(context, ": parameters are on ", device.str(),
+                   " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU "
+                   "tensors; build with -DFSDP_OPT_ENABLE_CUDA=ON)"));
+  }
+  raise(ErrorKind::kBadInput,
+        c10::str(context, ": no collective backend for tensors on ", device.str()));
 }
 
 std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
@@ -177,9 +181,10 @@ std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
 void throwCollectiveFailure(const std::string& context, size_t numParams, int64_t bytesPerRank,
                             const std::string& backend, int rank, int world,
                             const std::exception& cause) {
-  TORCH_CHECK(false, context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
-              " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
-              "; a peer may have died or runs a different program: ", describeException(cause));
+  raise(kindOr(cause, ErrorKind::kPeerLost),
+        c10::str(context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
+                 " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
+                 "; a peer may have died or runs a different program: ", describeException(cause)));
 }
 
 }  // namespace detail

@@ -1,4 +1,5 @@
 #include "environment.h"
+#include "errors.h"
 
 #include <cerrno>
 #include <cstdlib>
@@ -21,9 +22,9 @@ int64_t envInt(const char* name, int64_t lo, int64_t hi) {
   errno = 0;
   char* end = nullptr;
   const long long v = value != nullptr ? std::strtoll(value, &end, 10) : 0;
-  TORCH_CHECK(value != nullptr && errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi,
-              "fsdp: environment variable ", name, "='", shown, "' is not an integer in [", lo,
-              ", ", hi, "]");
+  FSDP_CHECK(value != nullptr && errno == 0 && end != value && *end == '\0' && v >= lo && v <= hi,
+             ErrorKind::kBadInput, "fsdp: environment variable ", name, "='", shown,
+             "' is not an integer in [", lo, ", ", hi, "]");
   return v;
 }
 

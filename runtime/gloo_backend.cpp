@@ -38,7 +38,7 @@ at::Tensor borrowed(const at::Tensor& bytes, int64_t begin, int64_t len) {
 class GlooPending final : public PendingCollective {
  public:
   GlooPending(std::vector<at::Tensor> owners, std::chrono::milliseconds timeout)
-      : owners_(std::move(owners)), timeout_(timeout) {}
+      : owners_(std::move(owners)), timeout_(timeout), issued_(std::chrono::steady_clock::now()) {}
 
   // Never waited: dropped on an error path (or while its later pieces were being issued).
   ~GlooPending() override { keepOwnersUntilDone(); }
@@ -59,7 +59,13 @@ class GlooPending final : public PendingCollective {
     }
     if (first) {
       keepOwnersUntilDone();  // a piece that timed out may still write
-      std::rethrow_exception(first);
+      try {
+        std::rethrow_exception(first);
+      } catch (const std::exception& e) {
+        // Gloo reports a closed connection and a timeout alike; how long the wait took tells
+        // them apart.
+        detail::raise(detail::waitFailureKind(issued_, timeout_), detail::describeException(e));
+      }
     }
     works_.clear();
     owners_.clear();
@@ -84,6 +90,7 @@ class GlooPending final : public PendingCollective {
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
   std::vector<at::Tensor> owners_;
   std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point issued_;
 };
 
 class GlooBackend final : public CollectiveBackend {
@@ -107,16 +114,20 @@ class GlooBackend final : public CollectiveBackend {
             c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
       }
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "gloo cannot use ", where, ": ", detail::describeException(e));
+      detail::raise(ErrorKind::kBadInput,
+                    c10::str("gloo cannot use ", where, ": ", detail::describeException(e)));
     }
     pgOptions->threads = options.threads;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdp_opt/gloo/", store);
+    const auto started = std::chrono::steady_clock::now();
     try {
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, pgOptions);
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "gloo rendezvous of rank ", rank, " of ", size, " failed within ",
-                  options.timeout.count() / 1000.0,
-                  " s; a peer may have died or not started: ", detail::describeException(e));
+      detail::raise(
+          detail::waitFailureKind(started, options.timeout),
+          c10::str("gloo rendezvous of rank ", rank, " of ", size, " failed within ",
+                   options.timeout.count() / 1000.0,
+                   " s; a peer may have died or not started: ", detail::describeException(e)));
     }
   }
 
@@ -179,12 +190,15 @@ GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
 
 std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
                                                      const std::string& context) {
-  TORCH_CHECK(group.store, context, ": no rendezvous store for world size ", group.world);
+  FSDP_CHECK(group.store, ErrorKind::kInternal, context, ": no rendezvous store for world size ",
+             group.world);
   try {
     return std::make_unique<GlooBackend>(group.store, group.rank, group.world,
                                          GlooBackendOptions::forGroup(group));
   } catch (const c10::Error& e) {
-    TORCH_CHECK(false, context, ": creating the gloo backend failed: ", e.what_without_backtrace());
+    detail::raise(
+        detail::kindOr(e, ErrorKind::kBackend),
+        c10::str(context, ": creating the gloo backend failed: ", e.what_without_backtrace()));
   }
 }
 

@@ -11,6 +11,7 @@
 #include <c10/util/Exception.h>
 
 #include "environment.h"
+#include "errors.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -26,8 +27,8 @@ bool cachingEnabled() {
     const char* v = envValue("FSDP_OPT_HOST_BUFFER_CACHE");
     if (v == nullptr) return true;
     const std::string s(v);
-    TORCH_CHECK(s == "0" || s == "1",
-                "FSDP_OPT_HOST_BUFFER_CACHE must be 0 or 1, not '", s, "'");
+    FSDP_CHECK(s == "0" || s == "1", ErrorKind::kBadInput,
+               "FSDP_OPT_HOST_BUFFER_CACHE must be 0 or 1, not '", s, "'");
     return s == "1";
   }();
   return value;

@@ -17,6 +17,7 @@
 
 #include "data_path.h"
 #include "environment.h"
+#include "errors.h"
 #include "fsdp_opt/runtime.h"
 
 namespace fsdp_opt {
@@ -55,14 +56,14 @@ GroupState& state() {
 void initLocked(GroupState& st, int rank, int world, int localRank, bool localRankFromEnv,
                 const std::string& addr, int port, std::chrono::milliseconds timeout,
                 bool agentStore, const std::string& keyPrefix) {
-  TORCH_CHECK(world >= 1, "fsdp: world size must be >= 1, got ", world);
-  TORCH_CHECK(rank >= 0 && rank < world, "fsdp: rank ", rank, " is out of range for world size ",
-              world);
+  FSDP_CHECK(world >= 1, ErrorKind::kBadInput, "fsdp: world size must be >= 1, got ", world);
+  FSDP_CHECK(rank >= 0 && rank < world, ErrorKind::kBadInput, "fsdp: rank ", rank,
+             " is out of range for world size ", world);
   c10::intrusive_ptr<c10d::Store> store;
   if (world > 1) {
-    TORCH_CHECK(port > 0 && port <= 65535,
-                "fsdp: a process group of world size ", world,
-                " needs a master port (MASTER_PORT), got ", port);
+    FSDP_CHECK(port > 0 && port <= 65535, ErrorKind::kBadInput,
+               "fsdp: a process group of world size ", world,
+               " needs a master port (MASTER_PORT), got ", port);
     c10d::TCPStoreOptions opts;
     opts.port = static_cast<std::uint16_t>(port);
     opts.isServer = (rank == 0) && !agentStore;
@@ -70,12 +71,14 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
     opts.waitWorkers = !agentStore;
     opts.timeout = timeout;
     c10::intrusive_ptr<c10d::Store> tcp;
+    const auto started = std::chrono::steady_clock::now();
     try {
       tcp = c10::make_intrusive<c10d::TCPStore>(addr, opts);
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "fsdp: rendezvous at ", addr, ":", port, " (rank ", rank, " of ", world,
-                  ") failed within ", timeout.count() / 1000.0,
-                  " s; a peer may have died or not started: ", e.what());
+      raise(waitFailureKind(started, timeout),
+            c10::str("fsdp: rendezvous at ", addr, ":", port, " (rank ", rank, " of ", world,
+                     ") failed within ", timeout.count() / 1000.0,
+                     " s; a peer may have died or not started: ", describeException(e)));
     }
     tcp->setTimeout(timeout);
     store = c10::make_intrusive<c10d::PrefixStore>(keyPrefix, tcp);
@@ -99,9 +102,11 @@ void initFromEnvLocked(GroupState& st) {
   if (envValue("RANK") != nullptr) {
     rank = static_cast<int>(envInt("RANK", 0, INT_MAX));
   } else {
-    TORCH_CHECK(world == 1, "fsdp: WORLD_SIZE=", world, " is set but RANK is not");
+    FSDP_CHECK(world == 1, ErrorKind::kBadInput, "fsdp: WORLD_SIZE=", world,
+               " is set but RANK is not");
   }
-  TORCH_CHECK(rank < world, "fsdp: RANK=", rank, " is out of range for WORLD_SIZE=", world);
+  FSDP_CHECK(rank < world, ErrorKind::kBadInput, "fsdp: RANK=", rank,
+             " is out of range for WORLD_SIZE=", world);
   int localRank = rank;
   const bool localRankFromEnv = envValue("LOCAL_RANK") != nullptr;
   if (localRankFromEnv) localRank = static_cast<int>(envInt("LOCAL_RANK", 0, INT_MAX));
@@ -111,8 +116,8 @@ void initFromEnvLocked(GroupState& st) {
   if (envValue("MASTER_PORT") != nullptr) {
     port = static_cast<int>(envInt("MASTER_PORT", 1, 65535));
   } else {
-    TORCH_CHECK(world == 1, "fsdp: WORLD_SIZE=", world,
-                " needs MASTER_PORT (the port of rank 0's rendezvous store)");
+    FSDP_CHECK(world == 1, ErrorKind::kBadInput, "fsdp: WORLD_SIZE=", world,
+               " needs MASTER_PORT (the port of rank 0's rendezvous store)");
   }
   // Under torchrun the agent already hosts a TCPStore on MASTER_PORT: every rank is a client.
   const char* agent = envValue("TORCHELASTIC_USE_AGENT_STORE");
@@ -139,9 +144,10 @@ std::chrono::milliseconds timeoutFromEnv() {
     char* end = nullptr;
     errno = 0;
     seconds = std::strtod(v, &end);
-    TORCH_CHECK(errno == 0 && end != v && *end == '\0' && std::isfinite(seconds) &&
-                    seconds > 0 && seconds < 1e9,
-                "fsdp: FSDP_OPT_TIMEOUT_S='", v, "' is not a positive number of seconds");
+    FSDP_CHECK(errno == 0 && end != v && *end == '\0' && std::isfinite(seconds) && seconds > 0 &&
+                   seconds < 1e9,
+               ErrorKind::kBadInput, "fsdp: FSDP_OPT_TIMEOUT_S='", v,
+               "' is not a positive number of seconds");
   }
   const auto ms = static_cast<int64_t>(std::ceil(seconds * 1000.0));
   return std::chrono::milliseconds(ms < 1 ? 1 : ms);
@@ -197,17 +203,18 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
     } catch (const std::exception&) {
     }
   }
-  TORCH_CHECK(rank == st.info.rank && world == st.info.world,
-              "fsdp::check_rank: this model file is rank ", rank, " of world size ", world,
-              ", but the process group is rank ", st.info.rank, " of world size ", st.info.world,
-              " (a file sharded for world size ", world, " must run as rank", rank, ".pt on rank ",
-              rank, " of ", world, " processes)");
+  FSDP_CHECK(rank == st.info.rank && world == st.info.world, ErrorKind::kBadInput,
+             "fsdp::check_rank: this model file is rank ", rank, " of world size ", world,
+             ", but the process group is rank ", st.info.rank, " of world size ", st.info.world,
+             " (a file sharded for world size ", world, " must run as rank", rank, ".pt on rank ",
+             rank, " of ", world, " processes)");
   if (st.info.world == 1 || st.checkedManifests.count(manifestSha256) != 0) return;
 
   // Every rank publishes its file's manifest hash and compares it with all the others'.
   const std::string round = nextManifestRound(st);
   const std::vector<uint8_t> mine(manifestSha256.begin(), manifestSha256.end());
   std::vector<std::string> shas(static_cast<size_t>(st.info.world));
+  const auto started = std::chrono::steady_clock::now();
   try {
     st.store->set(round + std::to_string(st.info.rank), mine);
     for (int r = 0; r < st.info.world; ++r) {
@@ -218,24 +225,24 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
       const std::vector<uint8_t> v = st.store->get(round + std::to_string(r));
       shas[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
     }
-  } catch (const c10::Error& e) {
-    TORCH_CHECK(false, "fsdp::check_rank: exchanging manifest hashes through the store failed "
-                "within ", st.timeout.count() / 1000.0, " s; a peer may have died: ",
-                e.what_without_backtrace());
   } catch (const std::exception& e) {
-    TORCH_CHECK(false, "fsdp::check_rank: exchanging manifest hashes through the store failed "
-                "within ", st.timeout.count() / 1000.0, " s; a peer may have died: ", e.what());
+    raise(
+        waitFailureKind(started, st.timeout),
+        c10::str("fsdp::check_rank: exchanging manifest hashes through the store failed "
+                 "within ",
+                 st.timeout.count() / 1000.0, " s; a peer may have died: ", describeException(e)));
   }
   for (int r = 0; r < st.info.world; ++r) {
     const std::string& other = shas[static_cast<size_t>(r)];
-    TORCH_CHECK(other.rfind(kWrongFile, 0) != 0, "fsdp::check_rank: rank ", r,
-                " of this job (world size ", st.info.world, ") loaded ", other.substr(strlen(kWrongFile)),
-                "; every rank must load its own rank{r}.pt from one fsdp-opt run for world size ",
-                st.info.world);
-    TORCH_CHECK(other == manifestSha256,
-                "fsdp::check_rank: rank files come from different fsdp-opt runs: rank ",
-                st.info.rank, " loaded a file with manifest sha256 '", manifestSha256,
-                "', rank ", r, " one with '", other, "'");
+    FSDP_CHECK(other.rfind(kWrongFile, 0) != 0, ErrorKind::kPeerFailed, "fsdp::check_rank: rank ",
+               r, " of this job (world size ", st.info.world, ") loaded ",
+               other.substr(strlen(kWrongFile)),
+               "; every rank must load its own rank{r}.pt from one fsdp-opt run for world size ",
+               st.info.world);
+    FSDP_CHECK(other == manifestSha256, ErrorKind::kMismatch,
+               "fsdp::check_rank: rank files come from different fsdp-opt runs: rank ",
+               st.info.rank, " loaded a file with manifest sha256 '", manifestSha256, "', rank ", r,
+               " one with '", other, "'");
   }
   st.checkedManifests.insert(manifestSha256);
 }
@@ -251,9 +258,10 @@ void initProcessGroup(int rank, int worldSize, const std::string& masterAddr, in
   if (st.initialized) {
     const bool same = st.info.rank == rank && st.info.world == worldSize &&
                       (worldSize == 1 || (st.masterAddr == addr && st.masterPort == masterPort));
-    TORCH_CHECK(same, "fsdp::init_process_group: the process group is already initialised as rank ",
-                st.info.rank, " of world size ", st.info.world, " (", st.masterAddr, ":",
-                st.masterPort, "); call destroy_process_group first");
+    FSDP_CHECK(same, ErrorKind::kBadInput,
+               "fsdp::init_process_group: the process group is already initialised as rank ",
+               st.info.rank, " of world size ", st.info.world, " (", st.masterAddr, ":",
+               st.masterPort, "); call destroy_process_group first");
     return;
   }
   detail::initLocked(st, rank, worldSize, rank, /*localRankFromEnv=*/false, addr, masterPort, t,

@@ -109,6 +109,14 @@ def expect_raises(fn, *needles):
     raise AssertionError("no error raised (expected one mentioning %s)" % (needles,))
 
 
+def expect_kind(torch, text, *kinds):
+    """The last fsdp op's recorded failure (fsdp::last_error) is of one of `kinds` and is the
+    error just raised (`text`)."""
+    kind, message = torch.ops.fsdp.last_error()
+    expect(kind in kinds, "last_error kind %r, expected %s, for %r" % (kind, " or ".join(kinds), text))
+    expect(message and message in text, "last_error message %r is not the error raised: %r" % (message, text))
+
+
 class Unit:
     """A hand-made FSDP unit: full tensors, this rank's shards as Parameters."""
 
@@ -299,9 +307,12 @@ def scenario_main(torch, rank, world, rep):
         bad = Unit(torch, [((4, 2), f32), ((6,), f32)], world, rank, seed=6)
         c = bad.params[1].shape[0]
         wrong = c * world + 1  # ceil(wrong / W) = c + 1 != c
-        expect_raises(lambda: ops.all_gather(bad.params, [4, wrong], "blocks.7"),
-                      "unit 'blocks.7'", "parameter 1", "ceil(")
+        text = expect_raises(lambda: ops.all_gather(bad.params, [4, wrong], "blocks.7"),
+                             "unit 'blocks.7'", "parameter 1", "ceil(")
+        expect_kind(torch, text, "bad-input")
         bad.check_sharded()
+        ops.reset_stats()
+        expect(tuple(ops.last_error()) == ("", ""), "a successful op left %s recorded" % (ops.last_error(),))
         expect_raises(lambda: ops.all_gather(bad.params, [4], "blocks.7"), "unit 'blocks.7'")
     rep.check("bad_rows_error", bad_rows)
 
@@ -340,8 +351,9 @@ def scenario_main(torch, rank, world, rep):
 
     if world > 1:
         def manifest_mismatch():
-            expect_raises(lambda: ops.check_rank(rank, world, "sha-of-run-on-rank-%d" % rank),
-                          "rank files come from different fsdp-opt runs")
+            text = expect_raises(lambda: ops.check_rank(rank, world, "sha-of-run-on-rank-%d" % rank),
+                                 "rank files come from different fsdp-opt runs")
+            expect_kind(torch, text, "mismatch")
         rep.check("manifest_mismatch", manifest_mismatch)
 
     def reset():
@@ -390,6 +402,7 @@ def scenario_peer_death(torch, rank, world, rep, victim, timeout):
         text = expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "blocks.3"),
                              "unit 'blocks.3'", "peer may have died")
         elapsed = time.monotonic() - t0
+        expect_kind(torch, text, "peer-lost")  # its sockets closed: long before the timeout
         expect(elapsed <= timeout + 5, "failed only after %.1f s (timeout %s s): %s" % (elapsed, timeout, text))
         u.check_sharded()  # a failed gather leaves the unit sharded
     rep.check("peer_death_victim%d" % victim, survivor_fails)
@@ -411,6 +424,7 @@ def scenario_stall(torch, rank, world, rep, timeout):
         text = expect_raises(lambda: ops.all_gather(u.params, u.full_rows, "stuck"),
                              "unit 'stuck'", "peer may have died")
         elapsed = time.monotonic() - t0
+        expect_kind(torch, text, "timeout")
         expect(elapsed <= timeout + 5, "failed only after %.1f s (timeout %s s): %s" % (elapsed, timeout, text))
         u.check_sharded()
     rep.check("stalled_peer_times_out", times_out)
@@ -813,6 +827,7 @@ def scenario_death_in_wait(torch, rank, world, rep, timeout):
         text = expect_raises(lambda: ops.all_gather_wait(h), "all_gather_wait(unit 'blocks.5')",
                              "peer may have died")
         elapsed = time.monotonic() - t0
+        expect_kind(torch, text, "peer-lost")  # its sockets closed: long before the timeout
         expect(elapsed <= timeout + 5, "failed only after %.1f s (timeout %s s): %s" % (elapsed, timeout, text))
         u.check_sharded()
         s = stats(torch)
