@@ -2,7 +2,8 @@
 #   PREFIX/include/fsdp_opt/*.h
 #   PREFIX/lib/libfsdp_passes.so, libfsdp_runtime.so
 #   PREFIX/bin/fsdp-opt, fsdp-run
-#   PREFIX/lib/cmake/FsdpOpt/FsdpOptConfig.cmake (+ ConfigVersion, Targets): find_package(FsdpOpt)
+#   PREFIX/lib/cmake/FsdpOpt/FsdpOptConfig.cmake (+ ConfigVersion, Targets, and FsdpOptTorch.cmake,
+#   which finds Torch with the checks of the build): find_package(FsdpOpt)
 # Included from the top-level CMakeLists.txt after every target is defined.
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
@@ -39,4 +40,5 @@ write_basic_package_version_file(${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfigVersio
   COMPATIBILITY SameMinorVersion)
 install(FILES ${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfig.cmake
               ${CMAKE_CURRENT_BINARY_DIR}/FsdpOptConfigVersion.cmake
+              ${CMAKE_CURRENT_LIST_DIR}/FsdpOptTorch.cmake
   DESTINATION ${FSDP_OPT_INSTALL_CMAKEDIR})

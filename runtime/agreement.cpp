@@ -13,7 +13,7 @@
 #include <algorithm>
 #include <cstring>
 
-#include "gather.h"
+#include "unshard_state.h"
 #include "process_group.h"
 
 namespace fsdp_opt {

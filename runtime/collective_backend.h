@@ -9,10 +9,12 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
+#include <c10/core/Device.h>
 #include <c10/util/intrusive_ptr.h>
 
 namespace c10d {
@@ -47,12 +49,10 @@ class CollectiveBackend {
   virtual int size() const = 0;
   const Options& options() const { return options_; }
 
-  /// Gathers `input` (contiguous uint8, n bytes, the same n on every rank) from every rank into
-  /// `output` (contiguous uint8, size() * n bytes): rank r's bytes land at [r*n, (r+1)*n).
-  /// Blocks; throws on failure or timeout.
-  virtual void allGatherBytes(const at::Tensor& input, const at::Tensor& output);
-
-  /// Starts the same collective; `input` and `output` must stay alive until wait() returns.
+  /// Starts gathering `input` (contiguous uint8, n bytes, the same n on every rank) from every
+  /// rank into `output` (contiguous uint8, size() * n bytes): rank r's bytes land at
+  /// [r*n, (r+1)*n). Both must stay alive until wait() returns; wait() throws on failure or
+  /// timeout.
   virtual std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
                                                                  const at::Tensor& output);
 
@@ -65,17 +65,29 @@ class CollectiveBackend {
   virtual std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
       const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
-  /// Blocks until every rank has reached the barrier.
-  virtual void barrier();
+  /// Throws, naming `context`, when this backend cannot serve tensors on `device` (NCCL: one
+  /// device per rank). Called for every gather before anything is issued.
+  virtual void checkTensorDevice(const c10::Device& device, const std::string& context) const;
 
  protected:
   /// Throws c10::Error("backend NAME does not support WHAT").
   [[noreturn]] void unsupported(const std::string& what) const;
-  /// Checks the common preconditions of allGatherBytes*: dtype, contiguity, sizes, device.
+  /// Checks the common preconditions of allGatherBytes*Async: dtype, contiguity, sizes, device.
   void checkAllGatherArgs(const at::Tensor& input, const at::Tensor& output) const;
 
  private:
   Options options_;
+};
+
+/// What a backend takes from the process group it serves.
+struct BackendGroup {
+  c10::intrusive_ptr<c10d::Store> store;  // the group's store; null at world size 1
+  int rank = 0;
+  int world = 1;
+  /// LOCAL_RANK, when the group came from torchrun's environment (an explicit init names none).
+  std::optional<int> localRank;
+  std::string masterAddr;
+  std::chrono::milliseconds timeout{std::chrono::seconds(300)};
 };
 
 /// Options of the Gloo backend.
@@ -86,13 +98,17 @@ struct GlooBackendOptions : CollectiveBackend::Options {
   std::string hostname = "127.0.0.1";
   /// Gloo worker threads.
   int threads = 2;
+
+  /// The options for `group`, from its timeout and the environment (GLOO_SOCKET_IFNAME; the
+  /// hostname follows the master address: 127.0.0.1 for a loopback one, else this machine's).
+  static GlooBackendOptions forGroup(const BackendGroup& group);
 };
 
-/// Creates the Gloo backend over a c10d store (the rendezvous happens here; it is bounded by
-/// options.timeout). Only CPU tensors are supported.
-std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   int rank, int size,
-                                                   const GlooBackendOptions& options);
+/// Creates the Gloo backend of `group` (the rendezvous happens here, bounded by the group's
+/// timeout). CPU tensors only. `context` prefixes errors (e.g. "fsdp::all_gather(unit 'a.b')").
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group,
+                                                     const c10::Device& tensors,
+                                                     const std::string& context);
 
 /// Options of the NCCL backend.
 struct NcclBackendOptions : CollectiveBackend::Options {
@@ -102,14 +118,17 @@ struct NcclBackendOptions : CollectiveBackend::Options {
   bool blockingWait = false;
   /// Store key under which rank 0 publishes the NCCL unique id.
   std::string storeKey = "nccl/uid/0";
+  /// Why the communicator is on its device, for messages ("LOCAL_RANK=1", ...).
+  std::string deviceOrigin;
 };
 
-/// Creates the NCCL backend on CUDA device `device` (built with FSDP_OPT_ENABLE_CUDA only):
-/// rank 0's ncclUniqueId goes through `store` (not needed when size == 1), then a non-blocking
-/// communicator is created within options.timeout. CUDA tensors on that device only.
-std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   int rank, int size, int device,
-                                                   const NcclBackendOptions& options);
+/// Creates the NCCL backend of `group` for parameters on `tensors` (built with
+/// FSDP_OPT_ENABLE_CUDA only): chooses this rank's device (device_mapping.h, from
+/// FSDP_OPT_CUDA_DEVICE, LOCAL_RANK and LOCAL_WORLD_SIZE), passes rank 0's ncclUniqueId through
+/// the group's store and creates a non-blocking communicator within the group's timeout.
+std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendGroup& group,
+                                                     const c10::Device& tensors,
+                                                     const std::string& context);
 /// NCCL version of the library the runtime runs with (ncclGetVersion; FSDP_OPT_ENABLE_CUDA).
 int ncclVersionLinked();
 

@@ -17,7 +17,8 @@ CollectiveDeadline::State CollectiveDeadline::poll(Clock::time_point now) {
   return now - *startedAt_ > timeout_ ? State::kOverdue : State::kRunning;
 }
 
-std::string CollectiveDeadlines::poll(Clock::time_point now) {
+std::string CollectiveDeadlines::poll(Clock::time_point now, bool* overdue) {
+  if (overdue != nullptr) *overdue = false;
   try {
     for (auto it = pending_.begin(); it != pending_.end();) {
       switch (it->poll(now)) {
@@ -25,6 +26,7 @@ std::string CollectiveDeadlines::poll(Clock::time_point now) {
           it = pending_.erase(it);
           break;
         case CollectiveDeadline::State::kOverdue:
+          if (overdue != nullptr) *overdue = true;
           return overdueReason(timeout_);
         default:
           ++it;

@@ -62,8 +62,9 @@ class CollectiveDeadlines {
 
   /// Polls every collective at `now` and forgets the finished ones. Returns why the
   /// communicator must be aborted (one ran past the timeout, or a probe threw: its text), or
-  /// an empty string while all is well. Never throws: the watchdog thread calls it.
-  std::string poll(Clock::time_point now);
+  /// an empty string while all is well; `overdue`, when given, says whether the reason is the
+  /// timeout (the error's kind). Never throws: the watchdog thread calls it.
+  std::string poll(Clock::time_point now, bool* overdue = nullptr);
 
  private:
   std::chrono::milliseconds timeout_;

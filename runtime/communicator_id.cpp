@@ -1,4 +1,5 @@
 #include "communicator_id.h"
+#include "errors.h"
 
 #include <atomic>
 
@@ -50,9 +51,9 @@ ReceivedCommunicatorId receiveCommunicatorId(c10d::Store& store, const std::stri
     if (got.rank0Failure.empty()) got.rank0Failure = "(no reason given)";
     return got;
   }
-  TORCH_CHECK(!value.empty() && value[0] == kIdTag && value.size() == idBytes + 1,
-              "malformed NCCL unique id under store key '", key, "' (", value.size(),
-              " bytes, expected ", idBytes + 1, ")");
+  FSDP_CHECK(!value.empty() && value[0] == kIdTag && value.size() == idBytes + 1,
+             ErrorKind::kInternal, "malformed NCCL unique id under store key '", key, "' (",
+             value.size(), " bytes, expected ", idBytes + 1, ")");
   got.id.assign(value.begin() + 1, value.end());
   return got;
 }

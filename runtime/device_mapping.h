@@ -8,7 +8,8 @@
 // device the parameters are on.
 //
 // Torch-free: the rules are unit-tested on any machine (test/unit/test_device_mapping.cpp);
-// process_group.cpp feeds them the environment and the number of visible devices.
+// createNcclBackend (cuda/nccl_backend.cpp) feeds them the environment and the number of visible
+// devices.
 #pragma once
 
 #include <optional>

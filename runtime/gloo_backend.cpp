@@ -6,53 +6,91 @@
 // c10d's exported functions and holds gloo objects through shared_ptr, never by value.
 #include "collective_backend.h"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <exception>
 
+#include <ATen/ATen.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <c10/util/Exception.h>
 
+#include "environment.h"
+#include "errors.h"
+
 namespace fsdp_opt {
 namespace runtime {
 namespace {
 
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
+// Gloo only borrows the bytes it moves: it gets views that do not own their memory, and the
+// owning tensors stay with the pending collective. Gloo's worker thread keeps a finished piece
+// (and whatever it references) until it takes its next one, which under load can be several
+// gathers later; owning our buffers, it would hand them back to the host buffer pool at a time
+// nobody controls, and every gather in between would allocate new ones (the pool's bound growing
+// with the scheduling delay). Borrowed, they are released when wait() returns.
+at::Tensor borrowed(const at::Tensor& bytes, int64_t begin, int64_t len) {
+  return at::from_blob(static_cast<uint8_t*>(bytes.data_ptr()) + begin, {len}, bytes.options());
 }
 
 class GlooPending final : public PendingCollective {
  public:
-  GlooPending(std::vector<c10::intrusive_ptr<c10d::Work>> works, std::vector<at::Tensor> keepAlive,
-              std::chrono::milliseconds timeout)
-      : works_(std::move(works)), keepAlive_(std::move(keepAlive)), timeout_(timeout) {}
+  GlooPending(std::vector<at::Tensor> owners, std::chrono::milliseconds timeout)
+      : owners_(std::move(owners)), timeout_(timeout), issued_(std::chrono::steady_clock::now()) {}
+
+  // Never waited: dropped on an error path (or while its later pieces were being issued).
+  ~GlooPending() override { keepOwnersUntilDone(); }
+
+  void add(c10::intrusive_ptr<c10d::Work> work) { works_.push_back(std::move(work)); }
 
   void wait() override {
-    if (works_.empty()) return;
-    auto works = std::move(works_);
-    works_.clear();
     // Gloo enforces its own timeout on every operation; waiting with the same bound here
     // covers the time the work spends queued behind Gloo's worker threads. Every piece is
-    // waited for, even after one fails: the buffers must outlive all of them.
+    // waited for, even after one fails.
     std::exception_ptr first;
-    for (auto& work : works) {
+    for (auto& work : works_) {
       try {
         work->wait(timeout_);
       } catch (...) {
         if (!first) first = std::current_exception();
       }
     }
-    keepAlive_.clear();
-    if (first) std::rethrow_exception(first);
+    if (first) {
+      keepOwnersUntilDone();  // a piece that timed out may still write
+      try {
+        std::rethrow_exception(first);
+      } catch (const std::exception& e) {
+        // Gloo reports a closed connection and a timeout alike; how long the wait took tells
+        // them apart.
+        detail::raise(detail::waitFailureKind(issued_, timeout_), detail::describeException(e));
+      }
+    }
+    works_.clear();
+    owners_.clear();
   }
 
  private:
+  // Pieces that may still run keep the memory they write alive through their futures, whose
+  // callbacks are dropped once the piece completed (at once when it has).
+  void keepOwnersUntilDone() noexcept {
+    if (works_.empty()) return;
+    try {
+      for (auto& work : works_) {
+        work->getFuture()->addCallback([keep = owners_](c10::ivalue::Future&) {});
+      }
+    } catch (...) {
+      new std::vector<at::Tensor>(owners_);  // leaked rather than freed under a running piece
+    }
+    works_.clear();
+    owners_.clear();
+  }
+
   std::vector<c10::intrusive_ptr<c10d::Work>> works_;
-  std::vector<at::Tensor> keepAlive_;
+  std::vector<at::Tensor> owners_;
   std::chrono::milliseconds timeout_;
+  std::chrono::steady_clock::time_point issued_;
 };
 
 class GlooBackend final : public CollectiveBackend {
@@ -76,16 +114,20 @@ class GlooBackend final : public CollectiveBackend {
             c10d::ProcessGroupGloo::createDeviceForHostname(options.hostname));
       }
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "gloo cannot use ", where, ": ", describe(e));
+      detail::raise(ErrorKind::kBadInput,
+                    c10::str("gloo cannot use ", where, ": ", detail::describeException(e)));
     }
     pgOptions->threads = options.threads;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdp_opt/gloo/", store);
+    const auto started = std::chrono::steady_clock::now();
     try {
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, pgOptions);
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "gloo rendezvous of rank ", rank, " of ", size, " failed within ",
-                  options.timeout.count() / 1000.0,
-                  " s; a peer may have died or not started: ", describe(e));
+      detail::raise(
+          detail::waitFailureKind(started, options.timeout),
+          c10::str("gloo rendezvous of rank ", rank, " of ", size, " failed within ",
+                   options.timeout.count() / 1000.0,
+                   " s; a peer may have died or not started: ", detail::describeException(e)));
     }
   }
 
@@ -109,23 +151,17 @@ class GlooBackend final : public CollectiveBackend {
     const int64_t piece = (n + pieces - 1) / pieces;
     c10d::AllgatherOptions opts;
     opts.timeout = options().timeout;
-    std::vector<c10::intrusive_ptr<c10d::Work>> works;
+    auto pending =
+        std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
     for (int64_t begin = 0; begin < n; begin += piece) {
       const int64_t len = std::min(piece, n - begin);
-      std::vector<at::Tensor> inputs{input.narrow(0, begin, len)};
+      std::vector<at::Tensor> inputs{borrowed(input, begin, len)};
       std::vector<std::vector<at::Tensor>> outputs(1);
       outputs[0].reserve(static_cast<size_t>(size_));
-      for (int r = 0; r < size_; ++r) outputs[0].push_back(output.narrow(0, r * n + begin, len));
-      works.push_back(pg_->allgather(outputs, inputs, opts));
+      for (int r = 0; r < size_; ++r) outputs[0].push_back(borrowed(output, r * n + begin, len));
+      pending->add(pg_->allgather(outputs, inputs, opts));
     }
-    return std::make_unique<GlooPending>(std::move(works), std::vector<at::Tensor>{input, output},
-                                         options().timeout);
-  }
-
-  void barrier() override {
-    c10d::BarrierOptions opts;
-    opts.timeout = options().timeout;
-    pg_->barrier(opts)->wait(options().timeout);
+    return pending;
   }
 
  private:
@@ -135,12 +171,35 @@ class GlooBackend final : public CollectiveBackend {
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 
+bool isLoopback(const std::string& addr) {
+  return addr == "localhost" || addr == "::1" || addr.rfind("127.", 0) == 0;
+}
+
 }  // namespace
 
-std::unique_ptr<CollectiveBackend> makeGlooBackend(const c10::intrusive_ptr<c10d::Store>& store,
-                                                   int rank, int size,
-                                                   const GlooBackendOptions& options) {
-  return std::make_unique<GlooBackend>(store, rank, size, options);
+GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
+  GlooBackendOptions options;
+  options.timeout = group.timeout;
+  options.interfaces = detail::envList("GLOO_SOCKET_IFNAME");
+  char buf[HOST_NAME_MAX + 1] = {0};
+  if (!isLoopback(group.masterAddr) && ::gethostname(buf, sizeof(buf) - 1) == 0 && buf[0] != '\0') {
+    options.hostname = buf;
+  }
+  return options;
+}
+
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
+                                                     const std::string& context) {
+  FSDP_CHECK(group.store, ErrorKind::kInternal, context, ": no rendezvous store for world size ",
+             group.world);
+  try {
+    return std::make_unique<GlooBackend>(group.store, group.rank, group.world,
+                                         GlooBackendOptions::forGroup(group));
+  } catch (const c10::Error& e) {
+    detail::raise(
+        detail::kindOr(e, ErrorKind::kBackend),
+        c10::str(context, ": creating the gloo backend failed: ", e.what_without_backtrace()));
+  }
 }
 
 }  // namespace runtime

@@ -10,6 +10,9 @@
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include "environment.h"
+#include "errors.h"
+
 namespace fsdp_opt {
 namespace runtime {
 namespace detail {
@@ -21,11 +24,11 @@ constexpr size_t kAlignment = 64;
 
 bool cachingEnabled() {
   static const bool value = [] {
-    const char* v = std::getenv("FSDP_OPT_HOST_BUFFER_CACHE");
-    if (v == nullptr || *v == '\0') return true;
+    const char* v = envValue("FSDP_OPT_HOST_BUFFER_CACHE");
+    if (v == nullptr) return true;
     const std::string s(v);
-    TORCH_CHECK(s == "0" || s == "1",
-                "FSDP_OPT_HOST_BUFFER_CACHE must be 0 or 1, not '", s, "'");
+    FSDP_CHECK(s == "0" || s == "1", ErrorKind::kBadInput,
+               "FSDP_OPT_HOST_BUFFER_CACHE must be 0 or 1, not '", s, "'");
     return s == "1";
   }();
   return value;

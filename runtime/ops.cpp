@@ -3,75 +3,121 @@
 // Every op is CONSERVATIVE: they mutate module state the schema language cannot name
 // (parameters reached through prim::GetAttr), so TorchScript must neither eliminate them nor
 // move parameter reads across them.
+//
+// Every op but last_error runs under recorded(): the interpreter rethrows an op's exception as
+// a plain error, so the op keeps its failure's kind for the thread (errors.h). TorchScript cannot
+// catch exceptions, so after a scripted call fails, the last fsdp:: op either raised that error
+// or succeeded (then the failure is not the runtime's).
 #include <torch/library.h>
 
 #include <ATen/core/Dict.h>
 
+#include <optional>
+#include <string>
+#include <tuple>
+#include <vector>
+
+#include "errors.h"
 #include "fsdp_opt/runtime.h"
-#include "gather.h"
 #include "process_group.h"
+#include "unshard_state.h"
 
 namespace {
 
+using fsdp_opt::runtime::ErrorKind;
+namespace detail = fsdp_opt::runtime::detail;
+
+template <typename Op>
+auto recorded(Op&& op) -> decltype(op()) {
+  detail::clearLastOpError();
+  try {
+    return op();
+  } catch (const std::exception& e) {
+    detail::setLastOpError(detail::kindOr(e, ErrorKind::kInternal), detail::describeException(e));
+    throw;
+  }
+}
+
+std::optional<at::ScalarType> dtypeOf(const c10::optional<at::ScalarType>& paramDtype) {
+  if (paramDtype.has_value()) return *paramDtype;
+  return std::nullopt;
+}
+
 std::vector<at::Tensor> allGatherOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                                     std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  std::optional<at::ScalarType> dtype;
-  if (paramDtype.has_value()) dtype = *paramDtype;
-  return fsdp_opt::runtime::detail::allGather(params, fullRows, unit, dtype);
+  return recorded([&] { return detail::allGather(params, fullRows, unit, dtypeOf(paramDtype)); });
 }
 
 std::vector<at::Tensor> allGatherNoCastOp(std::vector<at::Tensor> params,
                                           std::vector<int64_t> fullRows, std::string unit) {
-  return fsdp_opt::runtime::detail::allGather(params, fullRows, unit, std::nullopt);
+  return recorded([&] { return detail::allGather(params, fullRows, unit, std::nullopt); });
 }
 
 int64_t allGatherStartOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                          std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  std::optional<at::ScalarType> dtype;
-  if (paramDtype.has_value()) dtype = *paramDtype;
-  return fsdp_opt::runtime::detail::allGatherStart(params, fullRows, unit, dtype);
+  return recorded(
+      [&] { return detail::allGatherStart(params, fullRows, unit, dtypeOf(paramDtype)); });
 }
 
 int64_t allGatherStartNoCastOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                                std::string unit) {
-  return fsdp_opt::runtime::detail::allGatherStart(params, fullRows, unit, std::nullopt);
+  return recorded([&] { return detail::allGatherStart(params, fullRows, unit, std::nullopt); });
 }
 
 std::vector<at::Tensor> allGatherWaitOp(int64_t handle) {
-  return fsdp_opt::runtime::detail::allGatherWait(handle);
+  return recorded([&] { return detail::allGatherWait(handle); });
 }
 
-bool hasCudaBackendOp() { return fsdp_opt::runtime::hasCudaBackend(); }
+bool hasCudaBackendOp() {
+  return recorded([] { return fsdp_opt::runtime::hasCudaBackend(); });
+}
 
 void reshardOp(std::vector<at::Tensor> params, std::string unit) {
-  fsdp_opt::runtime::detail::reshard(params, unit);
+  recorded([&] { detail::reshard(params, unit); });
 }
 
 void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
-  fsdp_opt::runtime::detail::checkRank(rank, worldSize, manifestSha256);
+  recorded([&] { detail::checkRank(rank, worldSize, manifestSha256); });
 }
 
-void releaseAllOp() { fsdp_opt::runtime::releaseAll(); }
+void releaseAllOp() {
+  recorded([] { fsdp_opt::runtime::releaseAll(); });
+}
 
 c10::Dict<std::string, int64_t> statsOp() {
-  c10::Dict<std::string, int64_t> out;
-  for (const auto& kv : fsdp_opt::runtime::stats().items()) out.insert(kv.first, kv.second);
-  return out;
+  return recorded([] {
+    c10::Dict<std::string, int64_t> out;
+    for (const auto& kv : fsdp_opt::runtime::stats().items()) out.insert(kv.first, kv.second);
+    return out;
+  });
 }
 
-void resetStatsOp() { fsdp_opt::runtime::resetStats(); }
+void resetStatsOp() {
+  recorded([] { fsdp_opt::runtime::resetStats(); });
+}
 
 void initProcessGroupOp(int64_t rank, int64_t worldSize, std::string masterAddr,
                         int64_t masterPort) {
-  TORCH_CHECK(rank >= 0 && rank <= INT32_MAX && worldSize >= 1 && worldSize <= INT32_MAX &&
-                  masterPort >= 0 && masterPort <= 65535,
-              "fsdp::init_process_group: bad arguments rank=", rank, " world_size=", worldSize,
-              " master_port=", masterPort);
-  fsdp_opt::runtime::initProcessGroup(static_cast<int>(rank), static_cast<int>(worldSize),
-                                      masterAddr, static_cast<int>(masterPort));
+  recorded([&] {
+    FSDP_CHECK(rank >= 0 && rank <= INT32_MAX && worldSize >= 1 && worldSize <= INT32_MAX &&
+                   masterPort >= 0 && masterPort <= 65535,
+               ErrorKind::kBadInput, "fsdp::init_process_group: bad arguments rank=", rank,
+               " world_size=", worldSize, " master_port=", masterPort);
+    fsdp_opt::runtime::initProcessGroup(static_cast<int>(rank), static_cast<int>(worldSize),
+                                        masterAddr, static_cast<int>(masterPort));
+  });
 }
 
-void destroyProcessGroupOp() { fsdp_opt::runtime::destroyProcessGroup(); }
+void destroyProcessGroupOp() {
+  recorded([] { fsdp_opt::runtime::destroyProcessGroup(); });
+}
+
+// Not recorded: reading the record must not clear it.
+std::tuple<std::string, std::string> lastErrorOp() {
+  const fsdp_opt::runtime::OpError e = fsdp_opt::runtime::lastOpError();
+  if (e.kind == ErrorKind::kNone) return {"", ""};
+  return {fsdp_opt::runtime::errorKindName(e.kind), e.message};
+}
 
 constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
 
@@ -110,4 +156,5 @@ TORCH_LIBRARY(fsdp, m) {
         initProcessGroupOp);
   m.def(torch::schema("destroy_process_group() -> ()", kConservative), destroyProcessGroupOp);
   m.def(torch::schema("has_cuda_backend() -> bool", kConservative), hasCudaBackendOp);
+  m.def(torch::schema("last_error() -> (str kind, str message)", kConservative), lastErrorOp);
 }

@@ -24,7 +24,8 @@ struct GroupInfo {
 /// Rank and world size, creating the group from the environment first if needed.
 GroupInfo ensureGroup();
 
-/// The backend for tensors on `device` (CPU: gloo, created on first use; CUDA: none built).
+/// The backend for tensors on `device`, created at its first use by the device's entry in the
+/// table of data paths (data_path.h: CPU gloo; CUDA nccl when built with FSDP_OPT_ENABLE_CUDA).
 /// `context` prefixes error messages (e.g. "fsdp::all_gather(unit 'a.b')").
 std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
                                               const std::string& context);

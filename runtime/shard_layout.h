@@ -1,6 +1,6 @@
 // Sharding layout math (SPEC section 2) and the packed-buffer layout that the runtime's
-// coalesced all-gather uses. Torch-free on purpose: unit-testable on its own and shared by
-// every backend (the CPU/Gloo one now, a CUDA one later).
+// coalesced all-gather uses. Torch-free on purpose: unit-testable on its own and shared by the
+// CPU and CUDA data paths.
 //
 // Layout of one parameter of N rows on W ranks: every rank holds c = ceil(N / W) rows; rank r's
 // rows are [r*c, min((r+1)*c, N)) followed by zero padding up to c rows.

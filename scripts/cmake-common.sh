@@ -2,35 +2,17 @@
 # against a pip-installed torch, through ccache, only when its arguments changed.
 
 # torch_cmake_args PYTHON: sets the array TORCH_CMAKE_ARGS to the arguments that build against
-# the torch package PYTHON imports. Returns 1, with a message on stderr, when it imports none.
+# the torch package PYTHON imports: what PyTorch documents, torch.utils.cmake_prefix_path on
+# CMAKE_PREFIX_PATH, and nothing else (cmake/FsdpOptTorch.cmake finds the rest through that
+# package). Returns 1, with a message on stderr, when PYTHON imports no torch.
 torch_cmake_args() {
-  local python=$1 paths
-  # One torch import (seconds) gives three lines: the CMake package dir, the torch package
-  # root, and the lib dirs of the nvidia-* wheels that torch's CUDA libraries load.
-  mapfile -t paths < <("$python" -c '
-import glob, os, torch
-root = os.path.dirname(torch.__file__)
-print(torch.utils.cmake_prefix_path)
-print(root)
-print(":".join(sorted(glob.glob(os.path.join(os.path.dirname(root), "nvidia", "*", "lib")))))' 2>/dev/null)
-  if [ "${#paths[@]}" -ne 3 ]; then
+  local python=$1 prefix
+  prefix=$("$python" -c 'import torch; print(torch.utils.cmake_prefix_path)' 2>/dev/null) || prefix=
+  if [ -z "$prefix" ]; then
     echo "error: $python cannot import torch" >&2
     return 1
   fi
-  # torch's TorchConfig.cmake finds libtorch.so with find_library(... PATHS <torch>/lib), which
-  # searches the system directories first: with Debian's libtorch-dev installed it would pick
-  # /usr/lib/x86_64-linux-gnu/libtorch.so (1.13). Putting the torch package root itself on
-  # CMAKE_PREFIX_PATH makes <torch>/lib win.
-  TORCH_CMAKE_ARGS=("-DCMAKE_PREFIX_PATH=${paths[0]};${paths[1]}")
-  # When ld links an executable it resolves libtorch_cuda.so's own dependencies, and the -rpath
-  # CMake adds for the CUDA toolkit (/usr/local/cuda/lib) comes before that library's $ORIGIN
-  # rpath: it would take the toolkit's older libnccl.so.2 and fail on symbols only the wheel's
-  # NCCL has. -rpath-link is searched first. At run time the loader follows libtorch_cuda.so's
-  # own RPATH, so nothing else is needed.
-  if [ -n "${paths[2]}" ]; then
-    TORCH_CMAKE_ARGS+=("-DCMAKE_EXE_LINKER_FLAGS=-Wl,-rpath-link,${paths[2]}"
-                       "-DCMAKE_SHARED_LINKER_FLAGS=-Wl,-rpath-link,${paths[2]}")
-  fi
+  TORCH_CMAKE_ARGS=("-DCMAKE_PREFIX_PATH=$prefix")
 }
 
 # use_ccache ROOT: one ccache for every clone, leg and build of the checkout at ROOT. base_dir
@@ -46,7 +28,8 @@ use_ccache() {
 
 # configure_if_changed SOURCE_DIR BUILD_DIR ARGS...: runs CMake unless BUILD_DIR was configured
 # with exactly these arguments and finished (a change to a CMakeLists.txt is noticed by the
-# build tool itself, which reruns CMake). A directory made by another generator starts afresh.
+# build tool itself, which reruns CMake), from an empty cache when the arguments changed. A
+# directory made by another generator starts afresh.
 configure_if_changed() {
   local src=$1 dir=$2
   shift 2
@@ -59,6 +42,12 @@ configure_if_changed() {
   if [ -f "$dir/CMakeCache.txt" ] && [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$wanted" ]; then
     echo "$dir: configuration up to date"
     return 0
+  fi
+  # Other arguments than last time: the cache goes, or a -D dropped from them would live on in it
+  # (objects stay; ninja rebuilds only what the new configuration changes).
+  if [ -f "$dir/CMakeCache.txt" ]; then
+    echo "$dir: configure arguments changed; configuring it afresh"
+    rm -f "$dir/CMakeCache.txt"
   fi
   rm -f "$stamp"
   cmake -S "$src" -B "$dir" "$@" || return 1

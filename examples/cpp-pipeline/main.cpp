@@ -15,13 +15,14 @@
 //   5. for a world size above 1 (torchrun's RANK/WORLD_SIZE environment), replaces the units'
 //      parameters by this rank's shards in process;
 //   6. calls the method on the original and on the rewritten model and compares the outputs
-//      bit for bit.
+//      bit for bit (fsdp_opt::bitwiseDifference, the comparison fsdp-run --check makes).
 //
 // usage: cpp-pipeline MODEL.pt ARGS.pt [--method NAME] [--load-pass-plugin LIB.so]...
 //                     [--extra-pass NAME]... [--remarks] [fsdp-opt's pipeline options]...
 // The pipeline options (--fsdp-unit PATTERN, --fsdp-unit-type NAME, --forward-method
 // PATTERN:METHOD, ...) are fsdp-opt's, parsed by fsdp_opt::applyOption.
 // Exit status: 0 when the outputs match, 1 on a mismatch or any error.
+#include <fsdp_opt/compare.h>
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/runtime.h>
 
@@ -34,7 +35,6 @@
 #include <torch/script.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <iterator>
@@ -137,43 +137,6 @@ std::vector<c10::IValue> loadArgs(const std::string& path) {
   return value.toTupleRef().elements().vec();
 }
 
-// Bitwise equality of method outputs: tensors byte for byte (same dtype and shape), containers
-// element by element.
-bool sameBits(const c10::IValue& a, const c10::IValue& b) {
-  if (a.isTensor() && b.isTensor()) {
-    at::Tensor x = a.toTensor().contiguous().cpu(), y = b.toTensor().contiguous().cpu();
-    return x.scalar_type() == y.scalar_type() && x.sizes() == y.sizes() &&
-           std::memcmp(x.data_ptr(), y.data_ptr(), x.numel() * x.element_size()) == 0;
-  }
-  if (a.isTuple() && b.isTuple()) {
-    const auto& xs = a.toTupleRef().elements();
-    const auto& ys = b.toTupleRef().elements();
-    if (xs.size() != ys.size()) return false;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (!sameBits(xs[i], ys[i])) return false;
-    }
-    return true;
-  }
-  if (a.isList() && b.isList()) {
-    auto xs = a.toListRef();
-    auto ys = b.toListRef();
-    if (xs.size() != ys.size()) return false;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (!sameBits(xs[i], ys[i])) return false;
-    }
-    return true;
-  }
-  if (a.isInt() && b.isInt()) return a.toInt() == b.toInt();
-  if (a.isDouble() && b.isDouble()) {
-    double x = a.toDouble(), y = b.toDouble();
-    return std::memcmp(&x, &y, sizeof(double)) == 0;
-  }
-  if (a.isBool() && b.isBool()) return a.toBool() == b.toBool();
-  if (a.isString() && b.isString()) return a.toStringRef() == b.toStringRef();
-  if (a.isNone() && b.isNone()) return true;
-  throw std::runtime_error("cannot compare outputs of type " + a.tagKind() + " and " + b.tagKind());
-}
-
 int64_t envInt(const char* name, int64_t fallback) {
   const char* value = std::getenv(name);
   return value && *value ? std::stoll(value) : fallback;
@@ -235,8 +198,9 @@ int run(const Args& args) {
   fsdp_opt::runtime::Stats stats = fsdp_opt::runtime::stats();
   std::cout << who << args.method << ": " << stats.all_gathers << " collective(s) for " << stats.gather_calls
             << " gather call(s), world size " << worldSize << "\n";
-  if (!sameBits(expected, got)) {
-    std::cout << who << args.method << ": MISMATCH with the original model\n";
+  if (auto difference = fsdp_opt::bitwiseDifference(got, expected)) {
+    std::cout << who << args.method << ": MISMATCH with the original model: " << *difference
+              << "\n";
     return 1;
   }
   std::cout << who << args.method << ": output matches the original bit for bit\n";

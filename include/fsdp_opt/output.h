@@ -3,6 +3,7 @@
 // failure leaves no partial output. Failures throw std::runtime_error with a one-line message.
 #pragma once
 
+#include <fsdp_opt/output_names.h>
 #include <fsdp_opt/plan.h>
 
 #include <torch/csrc/jit/api/module.h>
@@ -13,7 +14,6 @@
 namespace fsdp_opt {
 
 constexpr int kManifestFormatVersion = 1;
-const char* toolVersion();
 
 std::string sha256Hex(const std::string& bytes);
 std::string sha256OfFile(const std::string& path);

@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <exception>
 #include <string>
 #include <utility>
 #include <vector>
@@ -58,6 +59,43 @@ int worldSize();
 /// Waits for and drops every gather started by all_gather_start and not waited yet, then
 /// reshards every gathered parameter and resets every count (what fsdp::release_all does).
 void releaseAll();
+
+/// What kind of failure an error of the runtime is, as c10d's errors have a type
+/// (DistBackendError, DistNetworkError, ...). A launcher ranks the failures of its ranks by it:
+/// a rank's own failure explains a job's failure; a lost peer, a timeout waiting for one or a
+/// failure a peer reported are only its consequences (docs/runtime.md, "Errors and timeouts").
+enum class ErrorKind {
+  kNone,        // no failure
+  kBadInput,    // this rank's arguments, model file, build or environment are wrong
+  kMismatch,    // the ranks disagree: rank files of different fsdp-opt runs
+  kPeerLost,    // a peer went away: a collective, rendezvous or store exchange failed early
+  kTimeout,     // a wait ran for the whole FSDP_OPT_TIMEOUT_S
+  kPeerFailed,  // a peer reported a failure of its own (its wrong file, no NCCL unique id)
+  kBackend,     // the backend or the device failed on this rank (NCCL, CUDA)
+  kInternal,    // a failure the runtime did not expect (torch failing underneath, a bug)
+  kModel,       // not raised by the runtime: the model raised, or a non-fsdp op failed
+};
+
+/// The kind's name: "none", "bad-input", "mismatch", "peer-lost", "timeout", "peer-failed",
+/// "backend", "internal", "model".
+const char* errorKindName(ErrorKind kind);
+/// The kind named `name` (errorKindName's spelling); false when there is none.
+bool parseErrorKind(const std::string& name, ErrorKind* kind);
+/// True for the kinds another rank's failure explains: kPeerLost, kTimeout, kPeerFailed.
+bool isConsequenceOfPeer(ErrorKind kind);
+
+/// The kind of an exception the runtime's C++ API raised; kNone for any other exception.
+ErrorKind errorKindOf(const std::exception& e);
+
+/// The failure of the last fsdp:: op this thread called: kind kNone when that op succeeded.
+/// The TorchScript interpreter rethrows an op's exception as a plain error carrying only its
+/// text; this is how a program running a scripted model learns the kind (fsdp::last_error in
+/// TorchScript and Python).
+struct OpError {
+  ErrorKind kind = ErrorKind::kNone;
+  std::string message;
+};
+OpError lastOpError();
 
 /// Timeout of collectives and rendezvous: FSDP_OPT_TIMEOUT_S seconds (default 300).
 std::chrono::milliseconds defaultTimeout();

@@ -1,4 +1,5 @@
 // manifest.json: what a set of rank files was made from and what it holds.
+#include <fsdp_opt/compare.h>
 #include <fsdp_opt/output.h>
 #include <fsdp_opt/pattern.h>
 
@@ -31,25 +32,7 @@ std::string hexDigest(EVP_MD_CTX* context) {
   return hex.str();
 }
 
-std::string dtypeName(c10::ScalarType type) {
-  switch (type) {
-    case c10::ScalarType::Float: return "float32";
-    case c10::ScalarType::Double: return "float64";
-    case c10::ScalarType::Half: return "float16";
-    case c10::ScalarType::BFloat16: return "bfloat16";
-    case c10::ScalarType::Long: return "int64";
-    case c10::ScalarType::Int: return "int32";
-    case c10::ScalarType::Short: return "int16";
-    case c10::ScalarType::Char: return "int8";
-    case c10::ScalarType::Byte: return "uint8";
-    case c10::ScalarType::Bool: return "bool";
-    default: return c10::toString(type);
-  }
-}
-
 }  // namespace
-
-const char* toolVersion() { return FSDP_OPT_VERSION; }
 
 std::string sha256Hex(const std::string& bytes) {
   EVP_MD_CTX* context = EVP_MD_CTX_new();
@@ -82,7 +65,7 @@ std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan
   manifest["tool"] = "fsdp-opt";
   manifest["tool_version"] = FSDP_OPT_VERSION;
   manifest["torch_version"] = FSDP_OPT_TORCH_VERSION;
-  manifest["world_size"] = input.worldSize;
+  manifest[kManifestWorldSizeKey] = input.worldSize;
   manifest["input"] = {{"path", input.inputPath}, {"sha256", input.inputSha256}};
   std::vector<std::string> entries;
   for (torch::jit::Function* function : module.type()->methods()) entries.push_back(function->name());

@@ -55,7 +55,7 @@ void applyUmask(const fs::path& path, bool directory) {
 // A previous fsdp-opt output: its manifest.json says so. A directory that merely holds some
 // other manifest.json (a web app's, a dataset's) is the user's and is never replaced.
 bool isFsdpOptOutput(const fs::path& dir) {
-  std::ifstream in(dir / "manifest.json");
+  std::ifstream in(dir / kManifestFile);
   if (!in) return false;
   auto manifest = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
   return manifest.is_object() && manifest.value("tool", "") == "fsdp-opt" &&
@@ -125,12 +125,12 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int
         for (const auto& param : unit.params) setSlots(param, makeShard(param.tensor, rank, worldSize));
       }
       setRankAttributes(module, rank, worldSize, manifestSha256);
-      module.save((temporary / ("rank" + std::to_string(rank) + ".pt")).string());
+      module.save((temporary / rankFileName(rank)).string());
     }
     for (const auto& unit : plan.units) {
       for (const auto& param : unit.params) setSlots(param, param.tensor);
     }
-    std::ofstream(temporary / "manifest.json") << manifestText;
+    std::ofstream(temporary / kManifestFile) << manifestText;
     applyUmask(temporary, /*directory=*/true);
     if (replacing) {
       fs::path previous = temporarySibling(target, /*directory=*/true);

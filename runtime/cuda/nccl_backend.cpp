@@ -2,8 +2,8 @@
 // ProcessGroupNCCL). Deliberately thin: the byte all-gather (alone, or one per parameter inside
 // ncclGroupStart/End for the parameter-major layout), communicator creation (unique id through
 // the c10d store), and error handling. Everything around it (packing, casts, streams,
-// buffer lifetime, bookkeeping) is shared with the paths that run without NCCL (cuda_unshard.cpp,
-// copy_plan.h, gather.cpp). See docs/runtime.md, "NCCL".
+// buffer lifetime, bookkeeping) is shared with the paths that run without NCCL (cuda_data_path.cpp,
+// copy_plan.h, unshard_state.cpp). See docs/runtime.md, "NCCL".
 //
 // Error handling:
 //   - the communicator is non-blocking (ncclConfig_t::blocking = 0), so creating it and
@@ -28,6 +28,7 @@
 
 
 #include <algorithm>
+#include <climits>
 #include <chrono>
 #include <condition_variable>
 #include <cstdio>
@@ -41,6 +42,7 @@
 #include <vector>
 
 #include <ATen/cuda/CUDAEvent.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/cuda/CUDAStream.h>
 #include <c10/util/Exception.h>
@@ -49,17 +51,15 @@
 #include "../collective_backend.h"
 #include "../collective_deadlines.h"
 #include "../communicator_id.h"
+#include "../device_mapping.h"
+#include "../environment.h"
+#include "../errors.h"
 
 namespace fsdp_opt {
 namespace runtime {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
-}
 
 std::string ncclText(ncclResult_t r, ncclComm_t comm) {
   std::string s = ncclGetErrorString(r);
@@ -69,6 +69,11 @@ std::string ncclText(ncclResult_t r, ncclComm_t comm) {
 }
 
 double seconds(std::chrono::milliseconds ms) { return static_cast<double>(ms.count()) / 1000.0; }
+
+// A failed NCCL call's kind: NCCL says when the cause is on another rank.
+ErrorKind ncclKind(ncclResult_t r) {
+  return r == ncclRemoteError ? ErrorKind::kPeerLost : ErrorKind::kBackend;
+}
 
 // ncclCommAbort on `device`. Never throws: it runs on error paths and in the watchdog thread.
 // Returns what NCCL returned.
@@ -131,7 +136,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     ncclResult_t r = ncclAllGather(in, out, bytes, ncclUint8, comm_, stream.stream());
     if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
     if (r != ncclSuccess) {
-      abortLocked("ncclAllGather failed: " + ncclText(r, comm_));
+      abortLocked(ncclKind(r), "ncclAllGather failed: " + ncclText(r, comm_));
       throwIfBrokenLocked();
     }
     return watchLocked(std::move(probe), stream);
@@ -152,23 +157,28 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     auto probe = std::make_shared<EventProbe>(stream);
     ncclResult_t r = ncclGroupStart();
     if (r != ncclSuccess) {
-      abortLocked("ncclGroupStart failed: " + ncclText(r, comm_));
+      abortLocked(ncclKind(r), "ncclGroupStart failed: " + ncclText(r, comm_));
       throwIfBrokenLocked();
     }
     std::string failed;
+    ErrorKind kind = ErrorKind::kBackend;
     for (const Gather& g : gathers) {
       const ncclResult_t e = ncclAllGather(g.in, g.out, g.bytes, ncclUint8, comm_, stream.stream());
       if (e != ncclSuccess && e != ncclInProgress) {
         failed = "ncclAllGather (in a group of " + std::to_string(gathers.size()) +
                  ") failed: " + ncclText(e, comm_);
+        kind = ncclKind(e);
         break;
       }
     }
     r = ncclGroupEnd();  // closes the group even after a failed call, which NCCL requires
     if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
-    if (failed.empty() && r != ncclSuccess) failed = "ncclGroupEnd failed: " + ncclText(r, comm_);
+    if (failed.empty() && r != ncclSuccess) {
+      failed = "ncclGroupEnd failed: " + ncclText(r, comm_);
+      kind = ncclKind(r);
+    }
     if (!failed.empty()) {
-      abortLocked(failed);
+      abortLocked(kind, failed);
       throwIfBrokenLocked();
     }
     return watchLocked(std::move(probe), stream);
@@ -191,6 +201,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
         throwIfBrokenLocked();
       }
       std::string reason;
+      ErrorKind kind = ErrorKind::kTimeout;
       try {
         switch (deadline.poll(Clock::now())) {
           case CollectiveDeadline::State::kFinished:
@@ -203,10 +214,11 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
         }
       } catch (const std::exception& e) {
         reason = probeFailureReason(e.what());
+        kind = ErrorKind::kBackend;
       }
       if (!reason.empty()) {
         std::lock_guard<std::mutex> lock(mutex_);
-        abortLocked(reason);
+        abortLocked(kind, reason);
         throwIfBrokenLocked();
       }
       std::this_thread::sleep_for(std::chrono::microseconds(50));
@@ -245,6 +257,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
                      rank_, size_, static_cast<int>(device_), problem.c_str());
       }
       aborted_ = true;
+      kind_ = ErrorKind::kBadInput;  // used after destroy_process_group
       reason_ = "the process group was destroyed";
     }
     comm_ = nullptr;
@@ -264,9 +277,10 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return state;
   }
 
-  void abortLocked(const std::string& reason) noexcept {
+  void abortLocked(ErrorKind kind, const std::string& reason) noexcept {
     if (aborted_) return;
     aborted_ = true;
+    kind_ = kind;
     reason_ = reason;
     if (comm_ != nullptr) {
       // also ends NCCL's kernels, so streams waiting on them drain
@@ -287,8 +301,9 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   }
 
   void throwIfBrokenLocked() const {
-    TORCH_CHECK(!aborted_, "backend nccl (rank ", rank_, " of ", size_, " on cuda:",
-                static_cast<int>(device_), "): the communicator was aborted: ", reason_);
+    FSDP_CHECK(!aborted_, kind_, "backend nccl (rank ", rank_, " of ", size_,
+               " on cuda:", static_cast<int>(device_),
+               "): the communicator was aborted: ", reason_);
   }
 
   void watchdogLoop() noexcept {
@@ -303,19 +318,23 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
         ncclResult_t state = ncclSuccess;
         if (ncclCommGetAsyncError(comm_, &state) != ncclSuccess) state = ncclInternalError;
         if (state != ncclSuccess && state != ncclInProgress) {
-          abortLocked("asynchronous NCCL error (a peer may have died): " + ncclText(state, comm_));
+          abortLocked(ErrorKind::kPeerLost,
+                      "asynchronous NCCL error (a peer may have died): " + ncclText(state, comm_));
           continue;
         }
-        const std::string reason = deadlines_.poll(Clock::now());
-        if (!reason.empty()) abortLocked(reason);
+        bool overdue = false;
+        const std::string reason = deadlines_.poll(Clock::now(), &overdue);
+        if (!reason.empty())
+          abortLocked(overdue ? ErrorKind::kTimeout : ErrorKind::kBackend, reason);
       }
     } catch (const std::exception& e) {
       // The communicator can no longer be watched, so it must not be used either.
       std::lock_guard<std::mutex> lock(mutex_);
-      abortLocked("the NCCL watchdog failed: " + describe(e));
+      abortLocked(ErrorKind::kInternal,
+                  "the NCCL watchdog failed: " + detail::describeException(e));
     } catch (...) {
       std::lock_guard<std::mutex> lock(mutex_);
-      abortLocked("the NCCL watchdog failed with an unknown exception");
+      abortLocked(ErrorKind::kInternal, "the NCCL watchdog failed with an unknown exception");
     }
   }
 
@@ -329,6 +348,7 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   int size_;
   std::chrono::milliseconds timeout_;
   bool aborted_ = false;
+  ErrorKind kind_ = ErrorKind::kNone;
   std::string reason_;
   CollectiveDeadlines deadlines_;
 };
@@ -382,6 +402,7 @@ class NcclBackend final : public CollectiveBackend {
         rank_(rank),
         size_(size),
         device_(device),
+        origin_(options.deviceOrigin),
         blockingWait_(options.blockingWait) {}
 
   ~NcclBackend() override { comm_->shutdown(); }
@@ -389,6 +410,15 @@ class NcclBackend final : public CollectiveBackend {
   std::string name() const override { return "nccl"; }
   int rank() const override { return rank_; }
   int size() const override { return size_; }
+
+  void checkTensorDevice(const c10::Device& device, const std::string& context) const override {
+    const int index = device.has_index() ? device.index() : 0;
+    FSDP_CHECK(device.is_cuda() && index == device_, ErrorKind::kBadInput, context,
+               ": parameters are on ", device.str(),
+               " but this rank's NCCL communicator is on cuda:", static_cast<int>(device_), " (",
+               origin_,
+               "; one device per rank); move the model to cuda:", static_cast<int>(device_));
+  }
 
   std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
                                                          const at::Tensor& output) override {
@@ -405,8 +435,9 @@ class NcclBackend final : public CollectiveBackend {
 
   std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
       const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs) override {
-    TORCH_CHECK(inputs.size() == outputs.size(), "backend nccl: a grouped all-gather got ",
-                inputs.size(), " inputs for ", outputs.size(), " outputs");
+    FSDP_CHECK(inputs.size() == outputs.size(), ErrorKind::kInternal,
+               "backend nccl: a grouped all-gather got ", inputs.size(), " inputs for ",
+               outputs.size(), " outputs");
     std::vector<NcclComm::Gather> gathers;
     for (size_t k = 0; k < inputs.size(); ++k) {
       checkAllGatherArgs(inputs[k], outputs[k]);
@@ -418,7 +449,8 @@ class NcclBackend final : public CollectiveBackend {
       gathers.push_back({inputs[k].data_ptr(), outputs[k].data_ptr(),
                          static_cast<size_t>(inputs[k].numel())});
     }
-    TORCH_CHECK(!gathers.empty(), "backend nccl: a grouped all-gather with no bytes to gather");
+    FSDP_CHECK(!gathers.empty(), ErrorKind::kInternal,
+               "backend nccl: a grouped all-gather with no bytes to gather");
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
     auto probe = comm_->allGatherGroup(gathers, stream);
     return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
@@ -429,17 +461,16 @@ class NcclBackend final : public CollectiveBackend {
   int rank_;
   int size_;
   c10::DeviceIndex device_;
+  std::string origin_;
   bool blockingWait_;
 };
-
-}  // namespace
 
 std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d::Store>& store,
                                                    int rank, int size, int device,
                                                    const NcclBackendOptions& options) {
   const double t = seconds(options.timeout);
-  TORCH_CHECK(size == 1 || store, "fsdp: the NCCL backend of world size ", size,
-              " needs a rendezvous store");
+  FSDP_CHECK(size == 1 || store, ErrorKind::kInternal, "fsdp: the NCCL backend of world size ",
+             size, " needs a rendezvous store");
   ncclUniqueId id;
   std::memset(&id, 0, sizeof(id));
   if (rank == 0) {
@@ -447,11 +478,12 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
     if (r != ncclSuccess) {
       const std::string why = std::string("ncclGetUniqueId failed on rank 0: ") + ncclGetErrorString(r);
       if (size > 1) detail::publishCommunicatorIdFailure(*store, options.storeKey, why);
-      TORCH_CHECK(false, "fsdp: ", why);
+      detail::raise(ErrorKind::kBackend, c10::str("fsdp: ", why));
     }
   }
   if (size > 1) {
     std::string rank0Failure;
+    const auto started = Clock::now();
     try {
       if (rank == 0) {
         const auto* p = reinterpret_cast<const uint8_t*>(&id);
@@ -463,12 +495,16 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
         if (rank0Failure.empty()) std::memcpy(&id, got.id.data(), sizeof(id));
       }
     } catch (const std::exception& e) {
-      TORCH_CHECK(false, "fsdp: exchanging the NCCL unique id through the store failed within ", t,
-                  " s (rank ", rank, " of ", size, "); a peer may have died or not started: ",
-                  describe(e));
+      detail::raise(
+          detail::waitFailureKind(started, options.timeout),
+          c10::str("fsdp: exchanging the NCCL unique id through the store failed "
+                   "within ",
+                   t, " s (rank ", rank, " of ", size,
+                   "); a peer may have died or not started: ", detail::describeException(e)));
     }
-    TORCH_CHECK(rank0Failure.empty(), "fsdp: rank 0 could not create the NCCL unique id (store key '",
-                options.storeKey, "'), so no communicator can be created: ", rank0Failure);
+    FSDP_CHECK(rank0Failure.empty(), ErrorKind::kPeerFailed,
+               "fsdp: rank 0 could not create the NCCL unique id (store key '", options.storeKey,
+               "'), so no communicator can be created: ", rank0Failure);
   }
   c10::cuda::CUDAGuard guard(static_cast<c10::DeviceIndex>(device));
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
@@ -490,8 +526,9 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
       const ncclResult_t a = abortComm(comm, static_cast<c10::DeviceIndex>(device));
       if (a != ncclSuccess) why += std::string(" (ncclCommAbort failed too: ") + ncclGetErrorString(a) + ")";
     }
-    TORCH_CHECK(false, "fsdp: creating the NCCL communicator (rank ", rank, " of ", size,
-                " on cuda:", device, ") ", why);
+    detail::raise(r == ncclInProgress ? ErrorKind::kTimeout : ncclKind(r),
+                  c10::str("fsdp: creating the NCCL communicator (rank ", rank, " of ", size,
+                           " on cuda:", device, ") ", why));
   }
   auto shared = std::make_shared<NcclComm>(comm, static_cast<c10::DeviceIndex>(device), rank, size,
                                            options.timeout);
@@ -506,10 +543,59 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
                                        static_cast<c10::DeviceIndex>(device), options);
 }
 
+}  // namespace
+
+std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendGroup& group,
+                                                     const c10::Device& tensors,
+                                                     const std::string& context) {
+  // First thing of every creation attempt, on every rank, whatever fails below: the n-th
+  // attempt of every rank then uses the same store key (communicator_id.h).
+  const std::string key = detail::nextCommunicatorIdKey();
+  FSDP_CHECK(group.world == 1 || group.store, ErrorKind::kInternal, context,
+             ": no rendezvous store for world size ", group.world);
+  detail::CudaDeviceChoice choice;
+  try {
+    // LOCAL_RANK and LOCAL_WORLD_SIZE count only when the group came from torchrun's
+    // environment; an explicit init names no local rank.
+    detail::CudaDeviceEnv env;
+    if (const char* v = detail::envValue("FSDP_OPT_CUDA_DEVICE")) env.override = v;
+    if (group.localRank) {
+      env.localRank = group.localRank;
+      if (detail::envValue("LOCAL_WORLD_SIZE") != nullptr) {
+        env.localWorldSize = static_cast<int>(detail::envInt("LOCAL_WORLD_SIZE", 1, INT_MAX));
+      }
+    }
+    const int index = tensors.has_index() ? tensors.index() : 0;
+    choice = detail::chooseCudaDevice(env, index, c10::cuda::device_count());
+  } catch (const c10::Error& e) {
+    choice.error = e.what_without_backtrace();
+  }
+  if (!choice.error.empty()) {
+    // The peers are about to wait for rank 0's id: tell them why there is none.
+    if (group.rank == 0 && group.world > 1) {
+      detail::publishCommunicatorIdFailure(*group.store, key, "rank 0: " + choice.error);
+    }
+    detail::raise(ErrorKind::kBadInput, c10::str(context, ": ", choice.error));
+  }
+  NcclBackendOptions options;
+  options.timeout = group.timeout;
+  options.blockingWait = detail::envSwitch("FSDP_OPT_CUDA_BLOCKING_WAIT");
+  options.storeKey = key;
+  options.deviceOrigin = choice.origin;
+  try {
+    return makeNcclBackend(group.store, group.rank, group.world, choice.device, options);
+  } catch (const c10::Error& e) {
+    detail::raise(
+        detail::kindOr(e, ErrorKind::kBackend),
+        c10::str(context, ": creating the nccl backend failed: ", e.what_without_backtrace()));
+  }
+}
+
 int ncclVersionLinked() {
   int v = 0;
   const ncclResult_t r = ncclGetVersion(&v);
-  TORCH_CHECK(r == ncclSuccess, "fsdp: ncclGetVersion failed: ", ncclGetErrorString(r));
+  FSDP_CHECK(r == ncclSuccess, ErrorKind::kBackend,
+             "fsdp: ncclGetVersion failed: ", ncclGetErrorString(r));
   return v;
 }
 

@@ -3,12 +3,6 @@
 # it like any parameter: the sharded model on W ranks is bitwise the original, with the conv
 # itself a unit and with the root a unit (the conv in the root's group).
 #
-# Expected to fail until fixed: fsdp-opt exits 1 with "error: internal error while running
-# the pipeline: Expected a list element that subtypes 'Tensor' but got an element of type
-# 'Optional[Tensor]'" (insertUnitGather in passes/support/fsdp_ops.cpp builds the gather's
-# Tensor[] list with graph.createList(TensorType) straight from the prim::GetAttr values,
-# one of which is Optional[Tensor]).
-#
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
 

@@ -118,6 +118,18 @@ class Rewritten(torch.nn.Module):
         torch.ops.fsdp.reshard(root, ".")
         return h
 
+    @torch.jit.export
+    def boom_in_peer_words(self, ids, scale: float) -> torch.Tensor:
+        # rank 1's own error reads like a consequence ("a peer may have died"); the launcher must
+        # rank it by its kind (the model raised), not by its words
+        torch.ops.fsdp.check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256)
+        if self._fsdp_rank == 1:
+            raise RuntimeError("boom: rank 1 says a peer may have died, but raised on purpose")
+        f1 = torch.ops.fsdp.all_gather([self.b1.weight, self.b1.bias], [self.rows[1], self.rows[2]], "b1")
+        h = self.b1(F.embedding(ids, self.emb))
+        torch.ops.fsdp.reshard(f1, "b1")
+        return h
+
 
 def make_params(seed):
     g = torch.Generator().manual_seed(seed)
@@ -218,6 +230,22 @@ def main():
             check("raise exit", rc == 3, "rc %d %s" % (rc, err))
             check("raise message", err.strip().startswith("error: rank 1: ") and "raised on purpose" in err
                   and err.count("\n") == 1, err)
+
+            # Failures are ranked by kind, not by their words: rank 1's own error (kind model)
+            # explains the job's failure, the peers' lost collectives (kind peer-lost) do not.
+            rc, out, err = run([fr, d3, "--inputs=" + inputs, "--method=boom_in_peer_words", "--timeout=20"])
+            check("own error in peer words", rc == 3 and err.startswith("error: rank 1: ")
+                  and "raised on purpose" in err and err.count("\n") == 1, "rc %d %s" % (rc, err))
+
+            # One wrong rank file: rank 1 holds a file sharded for world size 3. Rank 0 fails too,
+            # told by rank 1 (kind peer-failed); the report names rank 1's own error (bad-input).
+            one_wrong = os.path.join(tmp, "onewrong")
+            write_rank_dir(one_wrong, params, 2, "sha-A")
+            shutil.copy(os.path.join(d3, "rank1.pt"), os.path.join(one_wrong, "rank1.pt"))
+            rc, out, err = run([fr, one_wrong, "--inputs=" + inputs, "--timeout=20"])
+            check("one wrong file: the rank that has it is named", rc == 3
+                  and err.startswith("error: rank 1: fsdp::check_rank: this model file is rank 1 of world size 3")
+                  and err.count("\n") == 1, "rc %d %s" % (rc, err))
 
             # Rank files of two different runs.
             mixed = os.path.join(tmp, "mixed")

@@ -5,11 +5,5 @@
 # must still be refused with one clear error, because the wrapper reads vit.class_token from
 # outside the unit.
 #
-# Expected to fail until fsdp-opt handles Optional[Tensor] parameters: it stops with
-# "error: internal error while running the pipeline: Expected a list element that subtypes
-# 'Tensor' but got an element of type 'Optional[Tensor]'" for any unit whose group holds an
-# nn.Conv2d bias (TorchScript types it Optional[Tensor]); conv_bias_unit.py is the minimal
-# case.
-#
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %S/vit_forward_features.py --root-unit --refused --worlds 1,2 %t

@@ -36,7 +36,7 @@
 #include <vector>
 
 #include "collective_backend.h"
-#include "cuda/cuda_unshard.h"
+#include "cuda/cuda_data_path.h"
 #include "fsdp_opt/runtime.h"
 #include "shard_layout.h"
 

@@ -50,11 +50,11 @@
 #include <vector>
 
 #include "collective_backend.h"
-#include "cuda/cuda_unshard.h"
+#include "cuda/cuda_data_path.h"
 #include "fsdp_opt/runtime.h"
 #include "process_group.h"
 #include "shard_layout.h"
-#include "unshard.h"
+#include "data_path.h"
 
 namespace {
 

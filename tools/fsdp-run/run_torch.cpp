@@ -14,6 +14,7 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
+#include "fsdp_opt/compare.h"
 #include "fsdp_opt/runtime.h"
 
 namespace fsdp_run {
@@ -80,19 +81,8 @@ bool readFile(const std::string& path, std::vector<char>* out, std::string* err)
   return true;
 }
 
-bool writeFile(const std::string& path, const std::string& data) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream f(tmp, std::ios::binary | std::ios::trunc);
-    if (!f) return false;
-    f.write(data.data(), static_cast<std::streamsize>(data.size()));
-    if (!f) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
-}
-
 bool writeBytes(const std::string& path, const std::vector<char>& data) {
-  return writeFile(path, std::string(data.begin(), data.end()));
+  return writeFileAtomically(path, std::string(data.begin(), data.end()));
 }
 
 // Loads a torch.save'd / pickle_save'd value.
@@ -124,208 +114,14 @@ std::vector<c10::IValue> deepcopy(const std::vector<c10::IValue>& args) {
   return std::vector<c10::IValue>(elems.begin(), elems.end());
 }
 
-// ---- bitwise comparison ------------------------------------------------------------------------
-
-// Python's spelling of a dtype (float32, int64, ...).
-std::string dtypeName(at::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(t);
-  }
-}
-
-std::string shapeOf(const at::Tensor& t) {
-  std::ostringstream os;
-  os << t.sizes();
-  return os.str();
-}
-
-std::optional<std::string> compareTensors(const at::Tensor& a, const at::Tensor& b) {
-  if (a.defined() != b.defined()) {
-    return std::string(a.defined() ? "defined" : "undefined") + " tensor vs " +
-           (b.defined() ? "defined" : "undefined");
-  }
-  if (!a.defined()) return std::nullopt;
-  if (a.scalar_type() != b.scalar_type()) {
-    return "dtype " + dtypeName(a.scalar_type()) + " vs " + dtypeName(b.scalar_type());
-  }
-  if (a.sizes() != b.sizes()) return "shape " + shapeOf(a) + " vs " + shapeOf(b);
-  if (a.layout() != at::kStrided || b.layout() != at::kStrided) {
-    return std::string("cannot compare non-strided tensors");
-  }
-  const at::Tensor ca = a.detach().cpu().contiguous();
-  const at::Tensor cb = b.detach().cpu().contiguous();
-  const size_t bytes = static_cast<size_t>(ca.numel()) * ca.element_size();
-  if (bytes == 0 || std::memcmp(ca.data_ptr(), cb.data_ptr(), bytes) == 0) return std::nullopt;
-  const size_t es = ca.element_size();
-  const auto* pa = static_cast<const unsigned char*>(ca.data_ptr());
-  const auto* pb = static_cast<const unsigned char*>(cb.data_ptr());
-  int64_t differing = 0;
-  int64_t first = -1;
-  for (int64_t i = 0; i < ca.numel(); ++i) {
-    if (std::memcmp(pa + i * es, pb + i * es, es) != 0) {
-      if (first < 0) first = i;
-      ++differing;
-    }
-  }
-  std::ostringstream os;
-  os << differing << " of " << ca.numel() << " elements differ bitwise (first at flat index "
-     << first << ")";
-  return os.str();
-}
-
-std::optional<std::string> compareValues(const c10::IValue& a, const c10::IValue& b,
-                                         const std::string& path);
-
-std::optional<std::string> at(const std::string& path, const std::string& what) {
-  return path + ": " + what;
-}
-
-std::optional<std::string> compareSequences(const std::vector<c10::IValue>& a,
-                                            const std::vector<c10::IValue>& b,
-                                            const std::string& path) {
-  if (a.size() != b.size()) {
-    return at(path, std::to_string(a.size()) + " elements vs " + std::to_string(b.size()));
-  }
-  for (size_t i = 0; i < a.size(); ++i) {
-    if (auto d = compareValues(a[i], b[i], path + "[" + std::to_string(i) + "]")) return d;
-  }
-  return std::nullopt;
-}
-
-std::vector<c10::IValue> listElems(const c10::IValue& v) {
-  std::vector<c10::IValue> out;
-  for (const c10::IValue& e : v.toList()) out.push_back(e);
-  return out;
-}
-
-std::optional<std::string> compareValues(const c10::IValue& a, const c10::IValue& b,
-                                         const std::string& path) {
-  if (a.isTensor() || b.isTensor()) {
-    if (!(a.isTensor() && b.isTensor())) {
-      return at(path, std::string(a.tagKind()) + " vs " + b.tagKind());
-    }
-    if (auto d = compareTensors(a.toTensor(), b.toTensor())) return at(path, *d);
-    return std::nullopt;
-  }
-  if (std::string(a.tagKind()) != b.tagKind()) {
-    return at(path, std::string(a.tagKind()) + " vs " + b.tagKind());
-  }
-  if (a.isNone()) return std::nullopt;
-  if (a.isInt()) {
-    if (a.toInt() == b.toInt()) return std::nullopt;
-    return at(path, std::to_string(a.toInt()) + " vs " + std::to_string(b.toInt()));
-  }
-  if (a.isDouble()) {
-    const double x = a.toDouble();
-    const double y = b.toDouble();
-    if (std::memcmp(&x, &y, sizeof(double)) == 0) return std::nullopt;
-    std::ostringstream os;
-    os.precision(17);
-    os << x << " vs " << y << " (bitwise)";
-    return at(path, os.str());
-  }
-  if (a.isBool()) {
-    if (a.toBool() == b.toBool()) return std::nullopt;
-    return at(path, std::string(a.toBool() ? "True" : "False") + " vs " +
-                        (b.toBool() ? "True" : "False"));
-  }
-  if (a.isString()) {
-    if (a.toStringRef() == b.toStringRef()) return std::nullopt;
-    return at(path, "'" + a.toStringRef() + "' vs '" + b.toStringRef() + "'");
-  }
-  if (a.isTuple()) {
-    const auto& ea = a.toTupleRef().elements();
-    const auto& eb = b.toTupleRef().elements();
-    return compareSequences(std::vector<c10::IValue>(ea.begin(), ea.end()),
-                            std::vector<c10::IValue>(eb.begin(), eb.end()), path);
-  }
-  if (a.isList()) return compareSequences(listElems(a), listElems(b), path);
-  if (a.isGenericDict()) {
-    const auto da = a.toGenericDict();
-    const auto db = b.toGenericDict();
-    if (da.size() != db.size()) {
-      return at(path, std::to_string(da.size()) + " dict entries vs " + std::to_string(db.size()));
-    }
-    auto ia = da.begin();
-    auto ib = db.begin();
-    for (size_t i = 0; ia != da.end(); ++ia, ++ib, ++i) {
-      const std::string p = path + "{" + std::to_string(i) + "}";
-      if (auto d = compareValues(ia->key(), ib->key(), p + ".key")) return d;
-      if (auto d = compareValues(ia->value(), ib->value(), p + ".value")) return d;
-    }
-    return std::nullopt;
-  }
-  if (a.isDevice()) {
-    if (a.toDevice() == b.toDevice()) return std::nullopt;
-    return at(path, a.toDevice().str() + " vs " + b.toDevice().str());
-  }
-  if (a.isObject()) {
-    const auto oa = a.toObject();
-    const auto ob = b.toObject();
-    if (oa->type()->name() != ob->type()->name()) return at(path, "objects of different classes");
-    return compareSequences(oa->slots(), ob->slots(), path + ".<attrs>");
-  }
-  return at(path, std::string("cannot compare values of kind ") + a.tagKind());
-}
-
-std::string summarizeValue(const c10::IValue& v) {
-  if (v.isTensor()) {
-    const at::Tensor& t = v.toTensor();
-    if (!t.defined()) return "Tensor(undefined)";
-    return "Tensor " + dtypeName(t.scalar_type()) + shapeOf(t);
-  }
-  auto seq = [](const std::vector<c10::IValue>& xs, const char* open, const char* close) {
-    std::string s = open;
-    for (size_t i = 0; i < xs.size(); ++i) {
-      if (i) s += ", ";
-      if (i == 8) {
-        s += "... (" + std::to_string(xs.size()) + " elements)";
-        break;
-      }
-      s += summarizeValue(xs[i]);
-    }
-    return s + close;
-  };
-  if (v.isTuple()) {
-    const auto& e = v.toTupleRef().elements();
-    return seq(std::vector<c10::IValue>(e.begin(), e.end()), "(", ")");
-  }
-  if (v.isList()) return seq(listElems(v), "[", "]");
-  if (v.isGenericDict()) return "Dict(" + std::to_string(v.toGenericDict().size()) + " entries)";
-  if (v.isInt() || v.isDouble() || v.isBool() || v.isNone() || v.isString()) {
-    std::ostringstream os;
-    os << v;
-    return os.str();
-  }
-  return v.tagKind();
-}
-
 }  // namespace
 
 // ---- worker ------------------------------------------------------------------------------------
 
-std::string outputFile(const std::string& d, int r) { return d + "/rank" + std::to_string(r) + ".out.pt"; }
-std::string statsFile(const std::string& d, int r) { return d + "/rank" + std::to_string(r) + ".stats"; }
-std::string errorFile(const std::string& d, int r) { return d + "/rank" + std::to_string(r) + ".error"; }
-std::string mismatchFile(const std::string& d, int r) {
-  return d + "/rank" + std::to_string(r) + ".mismatch";
-}
-
 int workerMain(const WorkerArgs& args) {
-  auto fail = [&](int code, const std::string& msg) {
-    writeFile(errorFile(args.outDir, args.rank), oneLine(msg) + "\n");
+  using fsdp_opt::runtime::ErrorKind;
+  auto fail = [&](int code, ErrorKind kind, const std::string& msg) {
+    writeWorkerError(errorFile(args.outDir, args.rank), WorkerError{kind, oneLine(msg)});
     return code;
   };
 
@@ -333,18 +129,21 @@ int workerMain(const WorkerArgs& args) {
   try {
     module = torch::jit::load(args.modelPath);
   } catch (const std::exception& e) {
-    return fail(kWorkerBadInput, "cannot load " + args.modelPath + ": " + describe(e));
+    return fail(kWorkerBadInput, ErrorKind::kBadInput,
+                "cannot load " + args.modelPath + ": " + describe(e));
   }
   auto method = module.find_method(args.method);
   if (!method) {
-    return fail(kWorkerBadInput, args.modelPath + " has no method '" + args.method + "'");
+    return fail(kWorkerBadInput, ErrorKind::kBadInput,
+                args.modelPath + " has no method '" + args.method + "'");
   }
   std::vector<c10::IValue> inputs;
   if (!args.inputsPath.empty()) {
     try {
       inputs = argsFrom(loadPickle(args.inputsPath), args.inputsPath);
     } catch (const std::exception& e) {
-      return fail(kWorkerBadInput, "cannot read inputs " + args.inputsPath + ": " + describe(e));
+      return fail(kWorkerBadInput, ErrorKind::kBadInput,
+                  "cannot read inputs " + args.inputsPath + ": " + describe(e));
     }
   }
 
@@ -354,9 +153,9 @@ int workerMain(const WorkerArgs& args) {
     probe.insert(probe.begin(), module._ivalue());
     method->function().getSchema().checkAndNormalizeInputs(probe);
   } catch (const std::exception& e) {
-    return fail(kWorkerBadInput, "inputs " + (args.inputsPath.empty() ? std::string("(none)")
-                                                                      : args.inputsPath) +
-                                     " do not fit " + args.method + "(): " + describe(e));
+    return fail(kWorkerBadInput, ErrorKind::kBadInput,
+                "inputs " + (args.inputsPath.empty() ? std::string("(none)") : args.inputsPath) +
+                    " do not fit " + args.method + "(): " + describe(e));
   }
 
   fsdp_opt::runtime::resetStats();
@@ -370,12 +169,14 @@ int workerMain(const WorkerArgs& args) {
       std::string msg = describe(e);
       if (args.repeat > 1) msg = "run " + std::to_string(rep + 1) + " of " +
                                  std::to_string(args.repeat) + ": " + msg;
-      return fail(kWorkerFailed, msg);
+      // TorchScript cannot catch, so the last fsdp:: op either raised this or succeeded.
+      const ErrorKind kind = fsdp_opt::runtime::lastOpError().kind;
+      return fail(kWorkerFailed, kind == ErrorKind::kNone ? ErrorKind::kModel : kind, msg);
     }
     if (rep == 0) {
       first = out;
     } else if (mismatch.empty()) {
-      if (auto d = compareValues(out, first, "output")) {
+      if (auto d = fsdp_opt::bitwiseDifference(out, first)) {
         mismatch = "run " + std::to_string(rep + 1) + " differs from run 1: " + *d;
       }
     }
@@ -383,18 +184,20 @@ int workerMain(const WorkerArgs& args) {
 
   try {
     if (!writeBytes(outputFile(args.outDir, args.rank), torch::jit::pickle_save(first))) {
-      return fail(kWorkerFailed, "cannot write " + outputFile(args.outDir, args.rank));
+      return fail(kWorkerFailed, ErrorKind::kInternal,
+                  "cannot write " + outputFile(args.outDir, args.rank));
     }
   } catch (const std::exception& e) {
-    return fail(kWorkerFailed, "cannot serialize the outputs: " + describe(e));
+    return fail(kWorkerFailed, ErrorKind::kInternal,
+                "cannot serialize the outputs: " + describe(e));
   }
   std::ostringstream stats;
   for (const auto& kv : fsdp_opt::runtime::stats().items()) {
     stats << kv.first << " " << kv.second << "\n";
   }
-  writeFile(statsFile(args.outDir, args.rank), stats.str());
+  writeFileAtomically(statsFile(args.outDir, args.rank), stats.str());
   if (!mismatch.empty()) {
-    writeFile(mismatchFile(args.outDir, args.rank), mismatch + "\n");
+    writeFileAtomically(mismatchFile(args.outDir, args.rank), mismatch + "\n");
     return kWorkerRepeatMismatch;
   }
   return kWorkerOk;
@@ -452,14 +255,14 @@ std::string Checker::compare(const std::string& rankOutputFile, std::string* dif
   } catch (const std::exception& e) {
     return "cannot read " + rankOutputFile + ": " + describe(e);
   }
-  auto d = compareValues(got, impl_->reference, "output");
+  auto d = fsdp_opt::bitwiseDifference(got, impl_->reference);
   *diff = d ? *d : std::string();
   return {};
 }
 
 std::string Checker::summarize(const std::string& file) {
   try {
-    return summarizeValue(loadPickle(file));
+    return fsdp_opt::summarizeValue(loadPickle(file));
   } catch (const std::exception& e) {
     return "<unreadable: " + describe(e) + ">";
   }

@@ -5,33 +5,22 @@
 #include <string>
 #include <vector>
 
-namespace fsdp_run {
+#include "worker_files.h"
 
-/// Worker exit codes (the launcher maps them to its own).
-enum WorkerExit : int {
-  kWorkerOk = 0,
-  kWorkerRepeatMismatch = 1,  // --repeat runs disagreed with the first run
-  kWorkerBadInput = 2,        // model file, method or inputs unusable
-  kWorkerFailed = 3,          // the method raised (a collective failed, the model raised, ...)
-};
+namespace fsdp_run {
 
 struct WorkerArgs {
   std::string modelPath;
   std::string method;
   std::string inputsPath;  // empty: no arguments
-  std::string outDir;      // where rank{r}.out.pt / .stats / .error / .mismatch go
+  std::string outDir;      // where the files of worker_files.h go
   int rank = 0;
   int repeat = 1;
 };
 
-/// Runs one worker to completion and returns its exit code; writes its result files.
+/// Runs one worker to completion and returns its exit code (WorkerExit); writes its result
+/// files, and on failure its WorkerError.
 int workerMain(const WorkerArgs& args);
-
-/// Files a worker leaves in outDir.
-std::string outputFile(const std::string& outDir, int rank);
-std::string statsFile(const std::string& outDir, int rank);
-std::string errorFile(const std::string& outDir, int rank);
-std::string mismatchFile(const std::string& outDir, int rank);
 
 /// Launcher-side checks and the --check comparison. Errors come back as messages (one line).
 class Checker {

@@ -1,36 +1,24 @@
-// The copy-only (world size 1) and CPU/Gloo unshard paths, and the choice of path by device.
-// See unshard.h.
-#include "unshard.h"
+// The copy-only (world size 1) and host (CPU, world size > 1) data paths, and the table of paths
+// by device. See data_path.h.
+#include "data_path.h"
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
-#include "collective_backend.h"
+#include "errors.h"
 #include "fsdp_opt/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
 
 #ifdef FSDP_OPT_WITH_CUDA
-#include "cuda/cuda_unshard.h"
+#include "cuda/cuda_data_path.h"
 #endif
 
 namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 namespace {
-
-int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
-  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
-}
-
-std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
-  std::vector<int64_t> sizes = shard.sizes().vec();
-  sizes[0] = fullRows;
-  return sizes;
-}
 
 // World size 1, any device: the shard is the full tensor. A group gathered in another dtype
 // gets a contiguous cast copy (at::Tensor::copy_, the kernel behind Tensor::to, so the result is
@@ -55,10 +43,11 @@ class CopyOnlyUnshard final : public PendingUnshard {
 };
 
 // CPU, world size > 1: cast (at::Tensor::to) and pack every shard into one byte buffer, one
-// asynchronous allgather of those buffers, unpack into the full tensors at finish().
-class GlooUnshard final : public PendingUnshard {
+// asynchronous byte all-gather of those buffers on the backend that serves CPU tensors, unpack
+// into the full tensors at finish().
+class HostCollectiveUnshard final : public PendingUnshard {
  public:
-  GlooUnshard(const UnshardRequest& req, const std::string& context)
+  HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
       : layout_(specsOf(req), req.world) {
     backend_ = backendFor(req.device, context);
     // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
@@ -114,7 +103,7 @@ class GlooUnshard final : public PendingUnshard {
     recv_.reset();
   }
 
-  std::string backendName() const override { return backend_ ? backend_->name() : "gloo"; }
+  std::string backendName() const override { return backend_->name(); }
   int64_t bytesPerRank() const override { return layout_.packedBytes(); }
 
  private:
@@ -133,41 +122,74 @@ class GlooUnshard final : public PendingUnshard {
   std::unique_ptr<PendingCollective> collective_;
 };
 
+std::unique_ptr<PendingUnshard> startHostUnshard(const UnshardRequest& request,
+                                                 const std::string& context) {
+  if (request.world == 1) return std::make_unique<CopyOnlyUnshard>(request);
+  return std::make_unique<HostCollectiveUnshard>(request, context);
+}
+
+// The one place that knows which devices this build serves at world size > 1, and how.
+const std::vector<DevicePath>& devicePaths() {
+  static const std::vector<DevicePath> paths = {
+      {c10::DeviceType::CPU, startHostUnshard, createGlooBackend},
+#ifdef FSDP_OPT_WITH_CUDA
+      {c10::DeviceType::CUDA, cuda::startCudaUnshard, createNcclBackend},
+#endif
+  };
+  return paths;
+}
+
 }  // namespace
+
+const DevicePath* devicePathFor(const c10::Device& device) {
+  for (const DevicePath& path : devicePaths()) {
+    if (path.device == device.type()) return &path;
+  }
+  return nullptr;
+}
+
+void throwNoDevicePath(const c10::Device& device, const std::string& context) {
+  if (device.is_cuda()) {
+    raise(ErrorKind::kBadInput,
+          c10::str(context, ": parameters are on ", device.str(),
+                   " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU "
+                   "tensors; build with -DFSDP_OPT_ENABLE_CUDA=ON)"));
+  }
+  raise(ErrorKind::kBadInput,
+        c10::str(context, ": no collective backend for tensors on ", device.str()));
+}
 
 std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
                                              const std::string& context) {
-#ifdef FSDP_OPT_WITH_CUDA
-  if (request.device.is_cuda()) return cuda::startCudaUnshard(request, context);
-#endif
+  if (const DevicePath* path = devicePathFor(request.device)) return path->start(request, context);
   if (request.world == 1) return std::make_unique<CopyOnlyUnshard>(request);
-  if (request.device.is_cpu()) return std::make_unique<GlooUnshard>(request, context);
-  backendFor(request.device, context);  // throws: no backend for this device
-  TORCH_CHECK(false, context, ": no collective backend for tensors on ", request.device.str());
+  throwNoDevicePath(request.device, context);
 }
 
-std::string describeException(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) return ce->what_without_backtrace();
-  return e.what();
+int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
+  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
+  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
+  return n;
+}
+
+std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
+  std::vector<int64_t> sizes = shard.sizes().vec();
+  sizes[0] = fullRows;
+  return sizes;
 }
 
 void throwCollectiveFailure(const std::string& context, size_t numParams, int64_t bytesPerRank,
                             const std::string& backend, int rank, int world,
                             const std::exception& cause) {
-  TORCH_CHECK(false, context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
-              " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
-              "; a peer may have died or runs a different program: ", describeException(cause));
+  raise(kindOr(cause, ErrorKind::kPeerLost),
+        c10::str(context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
+                 " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
+                 "; a peer may have died or runs a different program: ", describeException(cause)));
 }
 
 }  // namespace detail
 
-bool hasCudaBackend() {
-#ifdef FSDP_OPT_WITH_CUDA
-  return true;
-#else
-  return false;
-#endif
-}
+bool hasCudaBackend() { return detail::devicePathFor(c10::Device(c10::kCUDA)) != nullptr; }
 
 }  // namespace runtime
 }  // namespace fsdp_opt

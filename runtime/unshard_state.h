@@ -1,7 +1,7 @@
 // Internal: the unshard/reshard engine behind fsdp::all_gather, fsdp::all_gather_start /
 // fsdp::all_gather_wait, fsdp::reshard and fsdp::release_all (storage swap, per-TensorImpl
 // registry, reference counts, in-flight handles, stats). The data movement itself is the
-// device path's (unshard.h).
+// device path's (data_path.h).
 #pragma once
 
 #include <optional>

@@ -10,13 +10,13 @@
 // all_gather_start / all_gather_wait form:
 //   classify  every listed parameter: already gathered (its count will rise), an alias of a
 //             gathered shard (attached), or fresh; all checks happen here, before anything moves;
-//   issue     the fresh groups' unshard on their device's path (unshard.h): buffers allocated,
+//   issue     the fresh groups' unshard on their device's path (data_path.h): buffers allocated,
 //             collective started; the parameters are marked in flight;
 //   commit    wait for it, swap the fresh groups in and register them (count 0); then the
 //             classification runs again and raises every group's count by one.
 // all_gather does all three at once; all_gather_start does classify + issue; all_gather_wait
 // does commit.
-#include "gather.h"
+#include "unshard_state.h"
 
 #include <algorithm>
 #include <map>
@@ -30,11 +30,12 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 
+#include "data_path.h"
+#include "errors.h"
 #include "fsdp_opt/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
-#include "unshard.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -59,7 +60,7 @@ struct Group {
   bool swapped = false;  // false at world size 1 without a cast: the shard is the full tensor
   std::string unit;
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
-  std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (unshard.h)
+  std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (data_path.h)
 };
 
 // One issued unshard whose groups are not swapped in yet.
@@ -111,12 +112,6 @@ std::string ctxOf(const char* op, const std::string& unit) {
 bool sameMetadata(const at::Tensor& a, const at::Tensor& b) {
   return a.scalar_type() == b.scalar_type() && a.device() == b.device() &&
          a.sizes() == b.sizes() && a.strides() == b.strides();
-}
-
-int64_t rowBytesOf(const at::Tensor& t, at::ScalarType dtype) {
-  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
 }
 
 // param_dtype applies to floating-point parameters only (FSDP2's MixedPrecisionPolicy casts
@@ -201,10 +196,10 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
                     const std::vector<int64_t>& fullRows,
                     std::optional<at::ScalarType> paramDtype, const std::string& ctx,
                     const std::string& unit, const GroupInfo& group) {
-  TORCH_CHECK(params.size() == fullRows.size(), ctx, ": got ", params.size(),
-              " parameters but ", fullRows.size(), " full row counts");
-  TORCH_CHECK(!paramDtype || at::isFloatingType(*paramDtype), ctx,
-              ": param_dtype must be a floating-point dtype, got ", *paramDtype);
+  FSDP_CHECK(params.size() == fullRows.size(), ErrorKind::kBadInput, ctx, ": got ", params.size(),
+             " parameters but ", fullRows.size(), " full row counts");
+  FSDP_CHECK(!paramDtype || at::isFloatingType(*paramDtype), ErrorKind::kBadInput, ctx,
+             ": param_dtype must be a floating-point dtype, got ", *paramDtype);
   Classified out;
   std::map<ShardKey, std::shared_ptr<Group>> freshByKey;
   std::unordered_set<const c10::TensorImpl*> seenImpls;
@@ -214,10 +209,11 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
   };
   auto checkDtype = [&](size_t i, const Group& g) {
     const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
-    TORCH_CHECK(g.dtype == want, ctx, ": parameter ", i, " is already gathered (by unit '",
-                g.unit, "') as ", g.dtype, ", but this call asks for ", want,
-                "; a nested gather of a unit must use the param_dtype of the gather that "
-                "unsharded it");
+    FSDP_CHECK(g.dtype == want, ErrorKind::kBadInput, ctx, ": parameter ", i,
+               " is already gathered (by unit '", g.unit, "') as ", g.dtype,
+               ", but this call asks for ", want,
+               "; a nested gather of a unit must use the param_dtype of the gather that "
+               "unsharded it");
   };
   auto checkNotInFlight = [&](size_t i, const at::Tensor& p) {
     int64_t handle = 0;
@@ -229,26 +225,27 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
       if (byKey == reg.inFlightByShard.end()) return;
       handle = byKey->second;
     }
-    TORCH_CHECK(false, ctx, ": parameter ", i, " is being gathered by fsdp::all_gather_start ",
-                "(handle ", handle, ", unit '", reg.handles.at(handle).unit,
-                "'), not waited yet; call fsdp::all_gather_wait on that handle first");
+    raise(ErrorKind::kBadInput,
+          c10::str(ctx, ": parameter ", i, " is being gathered by fsdp::all_gather_start ",
+                   "(handle ", handle, ", unit '", reg.handles.at(handle).unit,
+                   "'), not waited yet; call fsdp::all_gather_wait on that handle first"));
   };
 
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
-    TORCH_CHECK(p.defined(), ctx, ": parameter ", i, " is undefined");
-    TORCH_CHECK(p.dim() >= 1, ctx, ": parameter ", i,
-                " is 0-dim; 0-dim parameters are replicated and must not be gathered");
-    TORCH_CHECK(fullRows[i] >= 0, ctx, ": parameter ", i, " has a negative full row count ",
-                fullRows[i]);
+    FSDP_CHECK(p.defined(), ErrorKind::kBadInput, ctx, ": parameter ", i, " is undefined");
+    FSDP_CHECK(p.dim() >= 1, ErrorKind::kBadInput, ctx, ": parameter ", i,
+               " is 0-dim; 0-dim parameters are replicated and must not be gathered");
+    FSDP_CHECK(fullRows[i] >= 0, ErrorKind::kBadInput, ctx, ": parameter ", i,
+               " has a negative full row count ", fullRows[i]);
     const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
     if (!seenImpls.insert(impl).second) continue;  // the same tensor listed twice (tied)
 
     auto known = reg.byImpl.find(impl);
     if (known != reg.byImpl.end()) {
-      TORCH_CHECK(known->second->fullRows == fullRows[i], ctx, ": parameter ", i,
-                  " is already gathered (by unit '", known->second->unit, "') with ",
-                  known->second->fullRows, " rows, but this call says ", fullRows[i]);
+      FSDP_CHECK(known->second->fullRows == fullRows[i], ErrorKind::kBadInput, ctx, ": parameter ",
+                 i, " is already gathered (by unit '", known->second->unit, "') with ",
+                 known->second->fullRows, " rows, but this call says ", fullRows[i]);
       checkDtype(i, *known->second);
       addKnown(known->second);
       continue;
@@ -258,9 +255,10 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     auto gathered = reg.byShard.find(key);
     if (gathered != reg.byShard.end()) {
       const Group& g = *gathered->second;
-      TORCH_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.shards.front()), ctx,
-                  ": parameter ", i, " aliases the storage of a gathered parameter of unit '",
-                  g.unit, "' but has a different shape, dtype or row count");
+      FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.shards.front()),
+                 ErrorKind::kBadInput, ctx, ": parameter ", i,
+                 " aliases the storage of a gathered parameter of unit '", g.unit,
+                 "' but has a different shape, dtype or row count");
       checkDtype(i, g);
       out.aliases.emplace_back(gathered->second, p);
       addKnown(gathered->second);
@@ -269,23 +267,23 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     auto pending = freshByKey.find(key);
     if (pending != freshByKey.end()) {
       Group& g = *pending->second;
-      TORCH_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.params.front()), ctx,
-                  ": parameter ", i,
-                  " aliases the storage of an earlier parameter but has a different shape, "
-                  "dtype or row count");
+      FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.params.front()),
+                 ErrorKind::kBadInput, ctx, ": parameter ", i,
+                 " aliases the storage of an earlier parameter but has a different shape, "
+                 "dtype or row count");
       g.params.push_back(p);
       continue;
     }
     const std::string bad = layout::checkShardRows(p.size(0), fullRows[i], group.world);
-    TORCH_CHECK(bad.empty(), ctx, ": parameter ", i, " (shape ", p.sizes(), ") on rank ",
-                group.rank, ": ", bad);
+    FSDP_CHECK(bad.empty(), ErrorKind::kBadInput, ctx, ": parameter ", i, " (shape ", p.sizes(),
+               ") on rank ", group.rank, ": ", bad);
     auto g = std::make_shared<Group>();
     g->params.push_back(p);
     g->key = key;
     g->fullRows = fullRows[i];
     g->unit = unit;
     g->dtype = gatheredDtype(p.scalar_type(), paramDtype);
-    g->fullBytes = fullRows[i] * rowBytesOf(p, g->dtype);
+    g->fullBytes = fullRows[i] * rowBytesAs(p, g->dtype);
     freshByKey.emplace(key, g);
     out.fresh.push_back(std::move(g));
   }
@@ -298,9 +296,9 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group
                                 const std::string& ctx, const GroupInfo& group) {
   const c10::Device device = fresh.front()->params.front().device();
   for (size_t gi = 1; gi < fresh.size(); ++gi) {
-    TORCH_CHECK(fresh[gi]->params.front().device() == device, ctx,
-                ": parameters of one unit live on different devices (", device, " and ",
-                fresh[gi]->params.front().device(), ")");
+    FSDP_CHECK(fresh[gi]->params.front().device() == device, ErrorKind::kBadInput, ctx,
+               ": parameters of one unit live on different devices (", device, " and ",
+               fresh[gi]->params.front().device(), ")");
   }
   UnshardRequest req;
   req.device = device;
@@ -350,7 +348,8 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
   } catch (const std::exception& e) {
     for (size_t gi = 0; gi < swappedGroups; ++gi) swapBackToShards(*f.groups[gi]);
     reg.stats.unsharded_bytes -= f.bytes;
-    TORCH_CHECK(false, ctx, ": swapping in the gathered storage failed: ", describeException(e));
+    raise(ErrorKind::kInternal,
+          c10::str(ctx, ": swapping in the gathered storage failed: ", describeException(e)));
   }
   const std::shared_ptr<NestedGatherHook> hook = f.pending->nestedGatherHook();
   for (const auto& g : f.groups) {
@@ -454,9 +453,10 @@ std::vector<at::Tensor> allGatherWait(int64_t handle) {
   Registry& reg = registry();
   reg.stats.wait_calls += 1;
   auto it = reg.handles.find(handle);
-  TORCH_CHECK(it != reg.handles.end(), "fsdp::all_gather_wait: unknown handle ", handle,
-              " (not returned by fsdp::all_gather_start, already waited, or dropped by "
-              "fsdp::release_all)");
+  FSDP_CHECK(it != reg.handles.end(), ErrorKind::kBadInput,
+             "fsdp::all_gather_wait: unknown handle ", handle,
+             " (not returned by fsdp::all_gather_start, already waited, or dropped by "
+             "fsdp::release_all)");
   Handle h = std::move(it->second);
   reg.handles.erase(it);
   const std::string ctx = ctxOf("all_gather_wait", h.unit);
@@ -489,16 +489,17 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   std::vector<std::shared_ptr<Group>> groups;
   std::unordered_set<const Group*> seen;
   for (size_t i = 0; i < params.size(); ++i) {
-    TORCH_CHECK(params[i].defined(), ctx, ": parameter ", i, " is undefined");
+    FSDP_CHECK(params[i].defined(), ErrorKind::kBadInput, ctx, ": parameter ", i, " is undefined");
     auto it = reg.byImpl.find(params[i].unsafeGetTensorImpl());
     if (it == reg.byImpl.end()) {
       auto started = reg.inFlightByImpl.find(params[i].unsafeGetTensorImpl());
-      TORCH_CHECK(started == reg.inFlightByImpl.end(), ctx, ": parameter ", i,
-                  " is not gathered: fsdp::all_gather_start (handle ", started->second,
-                  ") started its gather but fsdp::all_gather_wait has not completed it");
-      TORCH_CHECK(false, ctx, ": parameter ", i,
-                  " is not gathered (reshard without a matching all_gather, or release_all "
-                  "already resharded it)");
+      FSDP_CHECK(started == reg.inFlightByImpl.end(), ErrorKind::kBadInput, ctx, ": parameter ", i,
+                 " is not gathered: fsdp::all_gather_start (handle ", started->second,
+                 ") started its gather but fsdp::all_gather_wait has not completed it");
+      raise(ErrorKind::kBadInput,
+            c10::str(ctx, ": parameter ", i,
+                     " is not gathered (reshard without a matching all_gather, or release_all "
+                     "already resharded it)"));
     }
     if (seen.insert(it->second.get()).second) groups.push_back(it->second);
   }

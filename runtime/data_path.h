@@ -1,17 +1,20 @@
-// Internal: the device-specific half of one unshard (the data movement), behind the
-// device-independent engine in gather.cpp (registry, reference counts, storage swap, stats).
+// Internal: the data path of one unshard (how its bytes move), behind the unshard state machine
+// in unshard_state.cpp (registry, reference counts, storage swap, stats), and the table that
+// says which data path and which collective backend serve tensors of each device type.
 //
-// The engine hands over the shards of the *fresh* groups of one gather (parameters that are not
-// gathered yet, deduplicated) and gets back a PendingUnshard holding one full buffer per group.
-// startUnshard() issues everything it can without blocking (on CPU: the cast and pack, then the
-// asynchronous collective; on CUDA: copy-in, collective and copy-out on the runtime's gather
+// The state machine hands over the shards of the *fresh* groups of one gather (parameters that
+// are not gathered yet, deduplicated) and gets back a PendingUnshard holding one full buffer per
+// group. startUnshard() issues everything it can without blocking (on CPU: the cast and pack, then
+// the asynchronous collective; on CUDA: copy-in, collective and copy-out on the runtime's gather
 // stream); finish() makes the full buffers valid for the caller (CPU: waits for the collective and
 // unpacks; CUDA: makes the caller's current stream wait on the gather's completion event).
 //
-// Paths, chosen by the shards' device (docs/runtime.md, "Backends"):
-//   - world size 1, any device: copy-only. A group whose gathered dtype is its own needs no buffer
-//     at all (the shard is the full tensor); one that is cast gets a cast copy.
-//   - CPU, world size > 1: Gloo (cast with at::Tensor::to, pack, allgather, unpack).
+// Paths, by the shards' device (docs/runtime.md, "Backends"):
+//   - world size 1, a device without a path of its own: copy-only. A group whose gathered dtype
+//     is its own needs no buffer at all (the shard is the full tensor); one that is cast gets a
+//     cast copy.
+//   - CPU: copy-only at world size 1; above it the host path (cast with at::Tensor::to, pack,
+//     the CPU backend's byte all-gather, unpack), whichever backend serves CPU tensors (Gloo).
 //   - CUDA (built with FSDP_OPT_ENABLE_CUDA): runtime/cuda/, NCCL for world size > 1.
 #pragma once
 
@@ -23,6 +26,8 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+
+#include "collective_backend.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -85,6 +90,25 @@ class PendingUnshard {
 std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
                                              const std::string& context);
 
+/// What serves tensors of one device type: its data path and its collective backend.
+struct DevicePath {
+  c10::DeviceType device;
+  /// The unshard of a request on this device, at any world size.
+  std::unique_ptr<PendingUnshard> (*start)(const UnshardRequest& request,
+                                           const std::string& context);
+  /// The backend of `group` for these tensors, created at the first gather that needs one.
+  std::unique_ptr<CollectiveBackend> (*createBackend)(const BackendGroup& group,
+                                                      const c10::Device& tensors,
+                                                      const std::string& context);
+};
+
+/// The entry for `device`'s type, or nullptr when this build has none (world size 1 still
+/// works there, copy-only).
+const DevicePath* devicePathFor(const c10::Device& device);
+
+/// Throws the runtime's error for tensors on a device without a path, naming `context`.
+[[noreturn]] void throwNoDevicePath(const c10::Device& device, const std::string& context);
+
 /// Throws the runtime's error for a collective that failed or timed out:
 /// "CONTEXT: all-gather of N parameters (B bytes per rank) on backend NAME failed on rank R of W;
 /// a peer may have died or runs a different program: <cause>".
@@ -92,8 +116,11 @@ std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
                                          int64_t bytesPerRank, const std::string& backend,
                                          int rank, int world, const std::exception& cause);
 
-/// The text of an exception, without c10's backtrace.
-std::string describeException(const std::exception& e);
+/// Bytes of one dim-0 row of `t` in `dtype`.
+int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype);
+
+/// `shard`'s sizes with dim 0 set to `fullRows`.
+std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows);
 
 }  // namespace detail
 }  // namespace runtime

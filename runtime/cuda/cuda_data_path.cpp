@@ -2,8 +2,8 @@
 // collective itself is the NCCL backend's (nccl_backend.cpp); everything here also runs at
 // world size 1, where there is no NCCL call. Two layouts for the NCCL path: packed (one
 // all-gather per unit, copy-in and copy-out kernels) and per-param (one all-gather per
-// parameter in one NCCL group, no copy-out). See cuda_unshard.h for the protocol.
-#include "cuda_unshard.h"
+// parameter in one NCCL group, no copy-out). See cuda_data_path.h for the protocol.
+#include "cuda_data_path.h"
 
 #include <algorithm>
 #include <atomic>
@@ -20,6 +20,8 @@
 #include <c10/util/Exception.h>
 
 #include "../collective_backend.h"
+#include "../environment.h"
+#include "../errors.h"
 #include "../process_group.h"
 #include "copy_kernels.h"
 
@@ -31,17 +33,11 @@ namespace {
 
 using copyplan::ElemType;
 
-// A switch in the environment: set, non-empty and not "0".
-bool envFlag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
 // FSDP_OPT_CUDA_FORCE_NCCL=1: at world size 1, take the NCCL path (copy-in, a one-rank
 // communicator's all-gather, copy-out) instead of the copy-only one. For testing that path on
 // a machine with one GPU; read once.
 bool forceNccl() {
-  static const bool value = envFlag("FSDP_OPT_CUDA_FORCE_NCCL");
+  static const bool value = envSwitch("FSDP_OPT_CUDA_FORCE_NCCL");
   return value;
 }
 
@@ -49,7 +45,7 @@ bool forceNccl() {
 // reported by the launch that caused it (named) instead of by whatever CUDA call comes next.
 // Costs the overlap of gathers with compute; for debugging. Read once.
 bool debugSync() {
-  static const bool value = envFlag("FSDP_OPT_CUDA_DEBUG_SYNC");
+  static const bool value = envSwitch("FSDP_OPT_CUDA_DEBUG_SYNC");
   return value;
 }
 
@@ -58,26 +54,15 @@ std::atomic<int> g_layoutOverride{-1};
 
 GatherLayout layoutFromEnv() {
   static const GatherLayout value = [] {
-    const char* v = std::getenv("FSDP_OPT_CUDA_GATHER_LAYOUT");
+    const char* v = envValue("FSDP_OPT_CUDA_GATHER_LAYOUT");
     const std::string s = v == nullptr ? "" : v;
     if (s.empty() || s == "packed") return GatherLayout::kPacked;
     if (s == "per-param") return GatherLayout::kPerParam;
-    TORCH_CHECK(false, "fsdp: FSDP_OPT_CUDA_GATHER_LAYOUT=", s,
-                " is not a gather layout; use packed (the default) or per-param");
+    raise(ErrorKind::kBadInput, c10::str("fsdp: FSDP_OPT_CUDA_GATHER_LAYOUT=", s,
+                                         " is not a gather layout; use packed (the default) or "
+                                         "per-param"));
   }();  // a bad value throws here, and again at every later gather (the static stays unset)
   return value;
-}
-
-std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
-  std::vector<int64_t> sizes = shard.sizes().vec();
-  sizes[0] = fullRows;
-  return sizes;
-}
-
-int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
-  int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
-  for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
-  return n;
 }
 
 // The kernel's (source, destination) types for copying `from` into `to`: plain bytes when
@@ -87,11 +72,11 @@ void kernelTypes(at::ScalarType from, at::ScalarType to, ElemType& src, ElemType
     src = dst = ElemType::kBytes;
     return;
   }
-  TORCH_CHECK(elemTypeOf(from, src) && elemTypeOf(to, dst),
-              "fsdp: the CUDA copy kernel does not convert ", from, " to ", to);
+  FSDP_CHECK(elemTypeOf(from, src) && elemTypeOf(to, dst), ErrorKind::kInternal,
+             "fsdp: the CUDA copy kernel does not convert ", from, " to ", to);
 }
 
-// The completion of one CUDA unshard, kept by its groups for nested gathers (unshard.h).
+// The completion of one CUDA unshard, kept by its groups for nested gathers (data_path.h).
 class CudaNestedGatherHook final : public NestedGatherHook {
  public:
   explicit CudaNestedGatherHook(c10::Device device) : device_(device) {}
@@ -370,28 +355,34 @@ void launchPlan(const copyplan::CopyPlan& plan, const c10::cuda::CUDAStream& str
                                        static_cast<const copyplan::Segment*>(dev.data_ptr()), n,
                                        plan.numBlocks(), stream.stream());
   }
-  TORCH_CHECK(err == cudaSuccess, "fsdp: launching the copy kernel for ", what, " (", n,
-              " segments, ", plan.numBlocks(), " blocks) failed: ", cudaGetErrorString(err));
+  FSDP_CHECK(err == cudaSuccess, ErrorKind::kBackend, "fsdp: launching the copy kernel for ", what,
+             " (", n, " segments, ", plan.numBlocks(),
+             " blocks) failed: ", cudaGetErrorString(err));
   if (debugSync()) {
     const cudaError_t ran = cudaStreamSynchronize(stream.stream());
-    TORCH_CHECK(ran == cudaSuccess, "fsdp: the copy kernel for ", what, " (", n, " segments, ",
-                plan.numBlocks(), " blocks) failed (FSDP_OPT_CUDA_DEBUG_SYNC=1 synchronised "
-                "right after its launch): ", cudaGetErrorString(ran));
+    FSDP_CHECK(ran == cudaSuccess, ErrorKind::kBackend, "fsdp: the copy kernel for ", what, " (", n,
+               " segments, ", plan.numBlocks(),
+               " blocks) failed (FSDP_OPT_CUDA_DEBUG_SYNC=1 synchronised "
+               "right after its launch): ",
+               cudaGetErrorString(ran));
   }
 }
 
 void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& shards,
             const std::vector<at::ScalarType>& dtypes, const at::Tensor& send,
             const std::string& context) {
-  TORCH_CHECK(shards.size() == layout.numParams() && dtypes.size() == layout.numParams(),
-              "fsdp: copy-in got ", shards.size(), " shards for ", layout.numParams(), " parameters");
-  TORCH_CHECK(send.is_cuda() && send.is_contiguous() && send.nbytes() >= static_cast<size_t>(layout.packedBytes()),
-              "fsdp: copy-in needs a contiguous CUDA send buffer of ", layout.packedBytes(), " bytes");
+  FSDP_CHECK(shards.size() == layout.numParams() && dtypes.size() == layout.numParams(),
+             ErrorKind::kInternal, "fsdp: copy-in got ", shards.size(), " shards for ",
+             layout.numParams(), " parameters");
+  FSDP_CHECK(send.is_cuda() && send.is_contiguous() &&
+                 send.nbytes() >= static_cast<size_t>(layout.packedBytes()),
+             ErrorKind::kInternal, "fsdp: copy-in needs a contiguous CUDA send buffer of ",
+             layout.packedBytes(), " bytes");
   std::vector<const void*> ptrs;
   std::vector<ElemType> src(shards.size()), dst(shards.size());
   for (size_t i = 0; i < shards.size(); ++i) {
-    TORCH_CHECK(shards[i].is_contiguous() && shards[i].device() == send.device(),
-                "fsdp: copy-in needs contiguous shards on ", send.device());
+    FSDP_CHECK(shards[i].is_contiguous() && shards[i].device() == send.device(),
+               ErrorKind::kInternal, "fsdp: copy-in needs contiguous shards on ", send.device());
     kernelTypes(shards[i].scalar_type(), dtypes[i], src[i], dst[i]);
     ptrs.push_back(shards[i].data_ptr());
   }
@@ -401,15 +392,16 @@ void copyIn(const layout::PackLayout& layout, const std::vector<at::Tensor>& sha
 
 void copyOut(const layout::PackLayout& layout, const at::Tensor& gathered,
              const std::vector<at::Tensor>& fulls, const std::string& context) {
-  TORCH_CHECK(gathered.is_cuda() && gathered.is_contiguous() &&
-                  gathered.nbytes() >= static_cast<size_t>(layout.gatheredBytes()),
-              "fsdp: copy-out needs a contiguous CUDA buffer of ", layout.gatheredBytes(), " bytes");
+  FSDP_CHECK(gathered.is_cuda() && gathered.is_contiguous() &&
+                 gathered.nbytes() >= static_cast<size_t>(layout.gatheredBytes()),
+             ErrorKind::kInternal, "fsdp: copy-out needs a contiguous CUDA buffer of ",
+             layout.gatheredBytes(), " bytes");
   std::vector<void*> ptrs;
   for (size_t i = 0; i < fulls.size(); ++i) {
-    TORCH_CHECK(fulls[i].is_contiguous() && fulls[i].device() == gathered.device() &&
-                    static_cast<int64_t>(fulls[i].nbytes()) == layout.fullBytes(i),
-                "fsdp: copy-out output ", i, " is not a contiguous ", layout.fullBytes(i),
-                "-byte tensor on ", gathered.device());
+    FSDP_CHECK(fulls[i].is_contiguous() && fulls[i].device() == gathered.device() &&
+                   static_cast<int64_t>(fulls[i].nbytes()) == layout.fullBytes(i),
+               ErrorKind::kInternal, "fsdp: copy-out output ", i, " is not a contiguous ",
+               layout.fullBytes(i), "-byte tensor on ", gathered.device());
     ptrs.push_back(fulls[i].data_ptr());
   }
   launchPlan(copyplan::planCopyOut(layout, gathered.data_ptr(), ptrs),

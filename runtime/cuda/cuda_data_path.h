@@ -29,7 +29,7 @@
 #include <c10/cuda/CUDAStream.h>
 
 #include "../copy_plan.h"
-#include "../unshard.h"
+#include "../data_path.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -49,7 +49,7 @@ void setGatherLayout(GatherLayout layout);
 /// "packed" or "per-param" (the variable's values).
 const char* gatherLayoutName(GatherLayout layout);
 
-/// The unshard path for CUDA tensors (unshard.h).
+/// The unshard path for CUDA tensors (data_path.h).
 std::unique_ptr<PendingUnshard> startCudaUnshard(const UnshardRequest& request,
                                                  const std::string& context);
 
