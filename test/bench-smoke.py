@@ -3,12 +3,19 @@
 # resharding, FSDP1 with summon_full_params) runs `generate` on 2 ranks over Gloo and returns
 # tokens bitwise equal to the original model's, with the collective counts the schedules imply
 # (4 layers, 4 new tokens: 1 + 4 x 4 = 17 gathers unscheduled, 1 when hoisted and bucketed);
-# and pass_scaling.py runs the default pipeline in-process and through the CLI. Timings in
-# --quick mode mean nothing and are not checked.
+# pass_scaling.py runs the default pipeline in-process and through the CLI; and
+# divergent_generate.py runs a stop-divergent generate_until (rank 0 stops after 1 token, rank 1
+# after all 4) under fsdp-opt and under FSDP2 with HF-style synced decoding: every
+# configuration's tokens equal the original model's on each rank, both ranks issue the same
+# collectives (1 + 4 x 4 = 17 gathers with one unit unsharded at a time, fsdp-opt's and FSDP2's
+# alike), and fsdp-opt's rank-uniform loop agrees 1 + 4 times per call (once before the loop,
+# once per step that any rank runs), as HF's flag all-reduce does. Timings in --quick mode mean
+# nothing and are not checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
 # RUN: %python %S/../bench/pass_scaling.py --quick --work %t.pass | FileCheck %s --check-prefix=PASS
+# RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -31,3 +38,17 @@
 # PASS: | 16 |
 # PASS: marginal cost per unit, 4 -> 16 units
 # PASS: | specialize-unit-types (+ clone, analysis) |
+#
+# Columns after the label: ms, / (a), / FSDP2 synced, CPU ms, CPU ms r0/r1, then the counts.
+# DIV: model: StopGPT n_layer=4 {{.*}} rank 0 stops after 1 token(s) (eos={{[0-9]+}}), rank 1 after 4 (eos=-1)
+# DIV: loop in {{.*}}generate_until made rank-uniform
+# DIV: | configuration
+# DIV-NEXT: |---
+# DIV-NEXT: | (a) original, unsharded, 1 process per rank {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0/0 | -/- | -/- | - | yes |
+# DIV-NEXT: | ours: fsdp-opt, budget = root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 17/17 | 5/5 | -/- |{{[^|]*}}| yes |
+# DIV-NEXT: | ours: fsdp-opt, no budget (hoisted) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 2/2 | 0/0 | -/- |{{[^|]*}}| yes |
+# DIV-NEXT: | FSDP2 synced, reshard_after_forward=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 17/17 | -/- | 5/5 |{{[^|]*}}| yes |
+# DIV-NEXT: | FSDP2 synced, reshard_after_forward=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5/5 | -/- | 5/5 |{{[^|]*}}| yes |
+# DIV: bitwise: every configuration's tokens equal (a)'s on every rank
+# DIV-NEXT: ours: 5/5 agreements per call on each rank, 1 + 4 decoding steps
+# DIV-NOT: FAILED
