@@ -1,5 +1,6 @@
 #include "copy_plan.h"
 
+#include <cstdint>
 #include <stdexcept>
 #include <string>
 
@@ -37,6 +38,14 @@ void CopyPlan::addCast(const void* src, ElemType srcType, void* dst, ElemType ds
     throw std::invalid_argument("fsdp copy plan: a cast needs element types on both sides");
   }
   if (src == nullptr && count > 0) throw std::invalid_argument("fsdp copy plan: null source");
+  // The kernel loads and stores cast elements as their types, and the GPU faults on a typed
+  // access that is not aligned to its element (the host emulation would be undefined behaviour).
+  // Tensors' data always is; a caller that computed another address has a bug.
+  if (count > 0 && (reinterpret_cast<uintptr_t>(src) % elemSize(srcType) != 0 ||
+                    reinterpret_cast<uintptr_t>(dst) % elemSize(dstType) != 0)) {
+    throw std::invalid_argument("fsdp copy plan: a cast's source or destination is not aligned "
+                                "to its element type");
+  }
   Segment s;
   s.src = src;
   s.dst = dst;

@@ -300,24 +300,28 @@ void gatherRoundTrip(const std::vector<TestParam>& params, int64_t world, uint64
   const PackLayout l(specs, world);
   std::vector<uint8_t> gatheredBuf(static_cast<size_t>(l.gatheredBytes()), 0xAB);
   for (int64_t r = 0; r < world; ++r) {
-    std::vector<std::vector<uint8_t>> shards;     // own type, zero padded, misaligned by `misalign`
+    // own type, zero padded, shifted off 16-byte alignment by `misalign` (rounded up to the
+    // element: a tensor's data is always aligned to its dtype, and the kernel relies on it)
+    std::vector<std::vector<uint8_t>> shards;
     std::vector<std::vector<uint8_t>> castShards;  // reference: c10-cast shards
     std::vector<const void*> ptrs, castPtrs;
     for (size_t i = 0; i < params.size(); ++i) {
       const TestParam& p = params[i];
       const int64_t rowBytes = p.rowElems * elemSize(p.own);
       const int64_t c = fsdp_opt::layout::shardRows(p.rows, world);
-      std::vector<uint8_t> shard(static_cast<size_t>(c * rowBytes + misalign), 0);
+      const int64_t elem = elemSize(p.own);
+      const int64_t shift = (misalign + elem - 1) / elem * elem;
+      std::vector<uint8_t> shard(static_cast<size_t>(c * rowBytes + shift), 0);
       const int64_t rows = fsdp_opt::layout::validRowsOnRank(p.rows, world, r);
       const int64_t begin = fsdp_opt::layout::rowBegin(p.rows, world, r);
       if (rows > 0) {
-        std::memcpy(shard.data() + misalign, originals[i].data() + begin * rowBytes,
+        std::memcpy(shard.data() + shift, originals[i].data() + begin * rowBytes,
                     static_cast<size_t>(rows * rowBytes));
       }
-      castShards.push_back(c10Cast(std::vector<uint8_t>(shard.begin() + misalign, shard.end()),
+      castShards.push_back(c10Cast(std::vector<uint8_t>(shard.begin() + shift, shard.end()),
                                    p.own, p.gathered));
       shards.push_back(std::move(shard));
-      ptrs.push_back(shards.back().data() + misalign);
+      ptrs.push_back(shards.back().data() + shift);
       castPtrs.push_back(castShards.back().data());
     }
     uint8_t* chunk = gatheredBuf.data() + r * l.packedBytes();
@@ -350,6 +354,18 @@ TEST(CopyPlan, GatherRoundTripWithCasts) {
     for (int misalign : {0, 2, 8}) gatherRoundTrip(params, w, static_cast<uint64_t>(w), 32, misalign);
   }
   gatherRoundTrip(params, 3, 99, kThreadsPerBlock, 0);
+}
+
+TEST(CopyPlan, MisalignedCastsAreRefused) {
+  alignas(16) uint8_t src[64] = {};
+  alignas(16) uint8_t dst[64] = {};
+  CopyPlan plan;
+  EXPECT_THROW(plan.addCast(src + 2, ElemType::kF32, dst, ElemType::kBF16, 4), std::invalid_argument);
+  EXPECT_THROW(plan.addCast(src, ElemType::kF16, dst + 1, ElemType::kF32, 4), std::invalid_argument);
+  EXPECT_TRUE(plan.empty());
+  plan.addCast(src + 4, ElemType::kF32, dst + 2, ElemType::kBF16, 4);  // each aligned to its type
+  plan.addCopy(src + 3, dst + 5, 7);                                      // bytes: any address
+  EXPECT_EQ(plan.segments().size(), 2u);
 }
 
 TEST(CopyPlan, GatherRoundTripLargeAndMany) {
