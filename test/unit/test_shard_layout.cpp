@@ -160,7 +160,7 @@ void roundTrip(const std::vector<ParamSpec>& specs, int64_t world, uint32_t seed
       std::vector<uint8_t> shard(static_cast<size_t>(l.shardBytes(i)), 0);  // zero padding
       const int64_t rows = validRowsOnRank(s.fullRows, world, r);
       const int64_t begin = rowBegin(s.fullRows, world, r);
-      if (rows > 0) {
+      if (rows * s.rowBytes > 0) {  // an empty vector's data() may be null, which memcpy forbids
         std::memcpy(shard.data(), originals[i].data() + begin * s.rowBytes,
                     static_cast<size_t>(rows * s.rowBytes));
       }
@@ -279,7 +279,7 @@ void paramMajorRoundTrip(const std::vector<ParamSpec>& specs, int64_t world, uin
       const ParamSpec& s = specs[i];
       std::vector<uint8_t> shard(static_cast<size_t>(l.shardBytes(i)), 0);
       const int64_t rows = validRowsOnRank(s.fullRows, world, r);
-      if (rows > 0) {
+      if (rows * s.rowBytes > 0) {  // an empty vector's data() may be null, which memcpy forbids
         std::memcpy(shard.data(), originals[i].data() + rowBegin(s.fullRows, world, r) * s.rowBytes,
                     static_cast<size_t>(rows * s.rowBytes));
       }
