@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Install everything fsdp-opt needs to build and test both LibTorch legs on Debian bookworm.
 # Idempotent and cheap when nothing is missing: `apt-get update` runs only when a package is
-# absent, and the torch 2.x venv is (re)created only when it is absent or cannot import torch.
+# absent, and pip touches the torch 2.x venv only when it is absent, cannot import what the
+# tests need, or has a torch outside the tested range (TORCH_MIN/TORCH_BELOW below).
 #
 #   t113 leg: Debian's LibTorch 1.13 (libtorch-dev) + /usr/bin/python3 with python3-torch.
-#   t2   leg: PyPI torch 2.x in a venv ($FSDP_OPT_VENV, default ~/.cache/fsdp-opt/venv-torch2);
+#   t2   leg: PyPI torch 2.15.x in a venv ($FSDP_OPT_VENV, default ~/.cache/fsdp-opt/venv-torch2);
 #             its CMake package, headers and libraries are built against.
 #
 # Needs root (apt). Runs unattended: no prompt, no stdin.
 set -euo pipefail
 
 VENV=${FSDP_OPT_VENV:-$HOME/.cache/fsdp-opt/venv-torch2}
+
+# The torch 2.x the t2 leg is tested with (README, "Supported versions"). Pinned to a minor
+# release: TorchScript is deprecated upstream (torch 2.x warns on torch.jit.load/script), and a
+# later release may turn those warnings into errors or drop what fsdp-opt builds on. Widen the
+# range only after the whole suite passed against the new release.
+TORCH_MIN=2.15 TORCH_BELOW=2.16
+TORCH_PIP=("torch>=$TORCH_MIN,<$TORCH_BELOW" "torchvision>=0.29,<0.30")
 
 APT_PACKAGES=(
   # toolchain
@@ -50,10 +58,17 @@ fi
 TIMM_VERSION=1.0.31
 TRANSFORMERS_VERSION=5.23.0
 venv_torch() {
-  "$VENV/bin/python" -c "
-import torch, torchvision, numpy, pytest, matplotlib, timm, transformers
-assert timm.__version__ == '$TIMM_VERSION' and transformers.__version__ == '$TRANSFORMERS_VERSION', 'timm/transformers versions'
-print(torch.__version__)" 2>/dev/null
+  "$VENV/bin/python" - "$TORCH_MIN" "$TORCH_BELOW" "$TIMM_VERSION" "$TRANSFORMERS_VERSION" 2>/dev/null <<'PY'
+import sys
+import torch, torchvision, numpy, pytest, matplotlib, timm, transformers  # noqa: F401 - what the t2 leg's tests import
+torch_min, torch_below, timm_version, transformers_version = sys.argv[1:]
+minor = lambda v: tuple(int(p) for p in v.split("+")[0].split(".")[:2])
+if not minor(torch_min) <= minor(torch.__version__) < minor(torch_below):
+    sys.exit("torch %s is outside the tested range" % torch.__version__)
+if (timm.__version__, transformers.__version__) != (timm_version, transformers_version):
+    sys.exit("timm/transformers versions")
+print(torch.__version__)
+PY
 }
 mkdir -p "$(dirname "$VENV")"
 exec 9>"$VENV.lock"
@@ -68,10 +83,10 @@ else
     rm -rf "$VENV"
     /usr/bin/python3 -m venv "$VENV"
   fi
-  log "venv: installing torch 2.x, torchvision, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION (several GiB on a fresh machine)"
-  "$VENV/bin/python" -m pip install --no-input -q 'torch>=2,<3' torchvision numpy pytest matplotlib \
+  log "venv: installing ${TORCH_PIP[*]}, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION (several GiB on a fresh machine)"
+  "$VENV/bin/python" -m pip install --no-input -q "${TORCH_PIP[@]}" numpy pytest matplotlib \
     "timm==$TIMM_VERSION" "transformers==$TRANSFORMERS_VERSION" </dev/null
-  version=$(venv_torch) || { log "error: $VENV still cannot import torch, torchvision, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION"; exit 1; }
+  version=$(venv_torch) || { log "error: $VENV still cannot import torch $TORCH_MIN.x, torchvision, numpy, pytest, matplotlib, timm $TIMM_VERSION, transformers $TRANSFORMERS_VERSION"; exit 1; }
   log "venv: torch $version installed"
 fi
 flock -u 9
