@@ -40,7 +40,10 @@ prepend_path("PYTHONPATH", inputs_dir)
 config.environment["FSDP_OPT_RUNTIME_LIB"] = config.fsdp_runtime_lib
 
 # Pass through what the tools and torch read from the outside.
-for var in ["HOME", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NCCL_DEBUG", "TORCH_SHOW_CPP_STACKTRACES"]:
+# The sanitizer settings too (scripts/sanitize.sh: LD_PRELOAD puts the ASan runtime first in
+# the uninstrumented Python that loads an instrumented libfsdp_runtime.so).
+for var in ["HOME", "CUDA_VISIBLE_DEVICES", "CUDA_HOME", "NCCL_DEBUG", "TORCH_SHOW_CPP_STACKTRACES",
+            "LD_PRELOAD", "ASAN_OPTIONS", "UBSAN_OPTIONS"]:
     if var in os.environ:
         config.environment[var] = os.environ[var]
 for var, value in os.environ.items():

@@ -1,0 +1,94 @@
+#!/usr/bin/env bash
+# The t113 leg under AddressSanitizer and UndefinedBehaviorSanitizer: builds build/t113-asan,
+# then runs the unit tests and a representative set of end-to-end tests with the sanitizers
+# active, and fails on the first report.
+#
+#   bash scripts/sanitize.sh            # build, unit tests, the end-to-end set
+#   bash scripts/sanitize.sh --build    # build only
+#   FSDP_OPT_SANITIZE_LIT='REGEX' bash scripts/sanitize.sh   # another lit selection ('.' = all)
+#
+# The end-to-end set covers every path of the runtime and the launcher at least once: the ops
+# on 1..4 processes (gather, nested, split start/wait, mixed precision, a peer dying mid-start,
+# fsdp::rank_any on ranks whose data differ), fsdp-run's launcher (bitwise checks, a rank that
+# raises, wrong files, bad input), and fsdp-opt's passes and shard writer on the GPT, a ResNet
+# and a ViT run bitwise on 2 ranks, plus the lit tests of the passes that move, bucket and
+# guard gathers (hoist, prefetch, reshard-on-raise, rank-uniform-control-flow) and --stats.
+#
+# Why t113: Debian's LibTorch is what CI builds first and has the smaller link; the code under
+# test (passes, runtime, tools) is the same on both legs. Python is not instrumented: tests that
+# load libfsdp_runtime.so into it get the ASan runtime through LD_PRELOAD (below). Leak checking
+# is off: Python and torch keep allocations until exit by
+# design, and so do the runtime's process group and registry (leaked on purpose, see
+# docs/runtime.md), so a leak report would say nothing about our code.
+#
+# Environment: FSDP_OPT_JOBS (default: nproc), FSDP_OPT_SANITIZE_LIT, CCACHE_DIR.
+set -euo pipefail
+
+root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+build_dir=$root/build/t113-asan
+python=/usr/bin/python3
+source "$root/scripts/cmake-common.sh"
+
+build_only=0
+case "${1:-}" in
+  --build) build_only=1 ;;
+  "") ;;
+  *) echo "usage: scripts/sanitize.sh [--build]" >&2; exit 2 ;;
+esac
+
+# -O1: ASan's documented recommendation (reports stay precise, the build stays fast).
+# -fno-sanitize-recover: an undefined-behaviour report fails the process like an ASan one.
+# -fno-sanitize=vptr: UBSan's dynamic-type check needs the typeinfo of every polymorphic class our
+# code touches, and Debian's libtorch does not export all of it (typeinfo for c10::DynamicType:
+# the link fails); the other UBSan checks stay on.
+sanitize="-fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined"
+sanitize+=" -fno-omit-frame-pointer"
+use_ccache "$root"
+configure_if_changed "$root" "$build_dir" \
+  -G Ninja \
+  -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O1 -g1 -DNDEBUG" \
+  "-DCMAKE_CXX_FLAGS=$sanitize" \
+  "-DCMAKE_EXE_LINKER_FLAGS=$sanitize" \
+  "-DCMAKE_SHARED_LINKER_FLAGS=$sanitize" \
+  "-DCMAKE_MODULE_LINKER_FLAGS=$sanitize" \
+  "-DFSDP_OPT_PYTHON=$python" \
+  "-DCMAKE_PREFIX_PATH=/usr/lib/x86_64-linux-gnu/cmake"
+start=$SECONDS
+cmake --build "$build_dir" -j "${FSDP_OPT_JOBS:-$(nproc)}"
+echo "sanitize.sh: build took $((SECONDS - start)) s"
+[ "$build_only" = 1 ] && exit 0
+
+# ASan must be the first library of a process. Python is not instrumented, so its processes
+# get it by LD_PRELOAD, followed by libstdc++: ASan finds the real __cxa_throw (which it wraps)
+# when it starts, and Python itself does not link libstdc++, so without it every C++ exception
+# thrown in the process aborts in ASan's interceptor.
+libasan=$(g++ -print-file-name=libasan.so)
+libstdcxx=$(g++ -print-file-name=libstdc++.so)
+for lib in "$libasan" "$libstdcxx"; do
+  [ -f "$lib" ] || { echo "sanitize.sh: error: no $lib next to g++" >&2; exit 1; }
+done
+export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1
+export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=86
+failed=0
+
+echo "=== unit tests (instrumented executables)"
+start=$SECONDS
+ctest --test-dir "$build_dir" -L unit --output-on-failure -j "${FSDP_OPT_CTEST_JOBS:-2}" || failed=1
+echo "sanitize.sh: unit tests took $((SECONDS - start)) s"
+
+echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
+# lit matches --filter against a test's full name, "fsdp-opt :: e2e/gpt_exact.py" or
+# "fsdp-opt :: stats.py": the top-level tests are anchored on ":: ", not on a slash.
+selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats)\.py$'}
+start=$SECONDS
+LD_PRELOAD="$libasan $libstdcxx" FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-120} \
+  "$python" /usr/lib/llvm-14/build/utils/lit/lit.py -sv -j "${FSDP_OPT_CTEST_JOBS:-2}" \
+  --timeout 900 --filter "$selection" "$build_dir/test" || failed=1
+echo "sanitize.sh: end-to-end tests took $((SECONDS - start)) s"
+
+if [ "$failed" != 0 ]; then
+  echo "sanitize.sh: FAILED (a sanitizer report exits with status 86; see the output above)"
+  exit 1
+fi
+echo "sanitize.sh: passed"
