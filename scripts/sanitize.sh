@@ -44,6 +44,12 @@ esac
 sanitize="-fsanitize=address,undefined -fno-sanitize=vptr -fno-sanitize-recover=undefined"
 sanitize+=" -fno-omit-frame-pointer"
 use_ccache "$root"
+# -g makes ccache hash the build directory (its debug info names it), so a fresh clone elsewhere,
+# as CI makes, would miss on every object: measured, a "warm" fresh clone rebuilt all of it.
+# Not hashing it lets clones share objects; their debug info then names the directory of the
+# clone that compiled them first, which costs nothing here: sanitizer reports print the paths
+# as the compiler got them (../../runtime/x.cpp:LINE), relative to any clone's build directory.
+export CCACHE_NOHASHDIR=1
 configure_if_changed "$root" "$build_dir" \
   -G Ninja \
   -DCMAKE_BUILD_TYPE=RelWithDebInfo \
