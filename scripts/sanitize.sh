@@ -21,7 +21,11 @@
 # design, and so do the runtime's process group and registry (leaked on purpose, see
 # docs/runtime.md), so a leak report would say nothing about our code.
 #
-# Environment: FSDP_OPT_JOBS (default: nproc), FSDP_OPT_SANITIZE_LIT, CCACHE_DIR.
+# Ends with `sanitize.sh: N passed, N failed` (unit and lit tests), which scripts/test.sh's
+# `asan` leg counts; CI runs it that way (README, "CI time").
+#
+# Environment: FSDP_OPT_JOBS (default: nproc), FSDP_OPT_CTEST_JOBS (tests at once, default 2),
+# FSDP_OPT_SANITIZE_LIT, CCACHE_DIR.
 set -euo pipefail
 
 root=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
@@ -77,10 +81,22 @@ done
 export ASAN_OPTIONS=detect_leaks=0:halt_on_error=1:abort_on_error=0:exitcode=86:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1
 export UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1:exitcode=86
 failed=0
+passed_tests=0 failed_tests=0
 
 echo "=== unit tests (instrumented executables)"
 start=$SECONDS
-ctest --test-dir "$build_dir" -L unit --output-on-failure -j "${FSDP_OPT_CTEST_JOBS:-2}" || failed=1
+log=$build_dir/sanitize-unit.log
+ctest --test-dir "$build_dir" -L unit --output-on-failure -j "${FSDP_OPT_CTEST_JOBS:-2}" 2>&1 | tee "$log" \
+  || failed=1
+# ctest's summary: "NN% tests passed, F tests failed out of T". None: count one failed test.
+summary=$(grep -E '^[0-9]+% tests passed, [0-9]+ tests? failed out of [0-9]+' "$log" | tail -n 1) || true
+if [ -n "$summary" ]; then
+  n_failed=$(sed -E 's/.* ([0-9]+) tests? failed out of.*/\1/' <<<"$summary")
+  n_total=$(sed -E 's/.* out of ([0-9]+).*/\1/' <<<"$summary")
+  passed_tests=$((n_total - n_failed)) failed_tests=$n_failed
+else
+  failed_tests=1
+fi
 echo "sanitize.sh: unit tests took $((SECONDS - start)) s"
 
 echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
@@ -88,12 +104,26 @@ echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
 # "fsdp-opt :: stats.py": the top-level tests are anchored on ":: ", not on a slash.
 selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats)\.py$'}
 start=$SECONDS
+log=$build_dir/sanitize-lit.log
 LD_PRELOAD="$libasan $libstdcxx" FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-120} \
   "$python" /usr/lib/llvm-14/build/utils/lit/lit.py -sv -j "${FSDP_OPT_CTEST_JOBS:-2}" \
-  --timeout 900 --filter "$selection" "$build_dir/test" || failed=1
+  --timeout 900 --filter "$selection" "$build_dir/test" 2>&1 | tee "$log" || failed=1
+# lit: "-- Testing: S of N tests" and "  Passed  : P" / "  Unsupported: U"; whatever of the S
+# selected did neither failed (Failed, Timed Out, Unresolved...). No such line: one failed test.
+lit_count() { sed -nE "s/^  $1 *: *([0-9]+)\$/\1/p" "$log" | tail -n 1; }
+selected=$(sed -nE 's/^-- Testing: ([0-9]+) of [0-9]+ tests.*/\1/p' "$log" | tail -n 1)
+if [ -n "$selected" ]; then
+  lit_passed=$(lit_count Passed) lit_unsupported=$(lit_count Unsupported)
+  passed_tests=$((passed_tests + ${lit_passed:-0}))
+  failed_tests=$((failed_tests + selected - ${lit_passed:-0} - ${lit_unsupported:-0}))
+else
+  failed_tests=$((failed_tests + 1))
+fi
 echo "sanitize.sh: end-to-end tests took $((SECONDS - start)) s"
 
-if [ "$failed" != 0 ]; then
+# test.sh reads this line.
+echo "sanitize.sh: $passed_tests passed, $failed_tests failed"
+if [ "$failed" != 0 ] || [ "$failed_tests" != 0 ]; then
   echo "sanitize.sh: FAILED (a sanitizer report exits with status 86; see the output above)"
   exit 1
 fi
