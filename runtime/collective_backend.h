@@ -65,6 +65,11 @@ class CollectiveBackend {
   virtual std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
       const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
+  /// Starts summing `tensor` (contiguous, floating point, on this backend's device, the same
+  /// shape on every rank) over all ranks, in place: the gradients of units and replicated
+  /// parameters in backward (training.cpp). `tensor` must stay alive until wait() returns.
+  virtual std::unique_ptr<PendingCollective> allReduceSumAsync(const at::Tensor& tensor);
+
   /// Throws, naming `context`, when this backend cannot serve tensors on `device` (NCCL: one
   /// device per rank). Called for every gather before anything is issued.
   virtual void checkTensorDevice(const c10::Device& device, const std::string& context) const;

@@ -164,6 +164,19 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
+  std::unique_ptr<PendingCollective> allReduceSumAsync(const at::Tensor& tensor) override {
+    if (!tensor.device().is_cpu()) {
+      unsupported("tensors on " + tensor.device().str() + " (it handles CPU tensors only)");
+    }
+    c10d::AllreduceOptions opts;
+    opts.reduceOp = c10d::ReduceOp::SUM;
+    opts.timeout = options().timeout;
+    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{tensor}, options().timeout);
+    std::vector<at::Tensor> tensors{tensor};
+    pending->add(pg_->allreduce(tensors, opts));
+    return pending;
+  }
+
  private:
   int rank_;
   int size_;

@@ -1,8 +1,8 @@
 // The unshard engine: in-place storage swap (docs/design.md, docs/runtime.md).
 //
 // fsdp::all_gather swaps the storage of the very parameter tensors a module holds to freshly
-// gathered full storage (Tensor::set_ under NoGradGuard: parameters require grad); reshard swaps
-// the saved shard storage back. The registry is keyed by TensorImpl, so every alias of a
+// gathered full storage (Tensor::set_data, which autograd does not see as a change: parameters
+// require grad); reshard swaps the saved shard storage back. The registry is keyed by TensorImpl, so every alias of a
 // parameter (tied weights are one TensorImpl in a loaded module) and every nested gather of the
 // same unit finds the same entry.
 //
@@ -120,12 +120,16 @@ at::ScalarType gatheredDtype(at::ScalarType shardDtype, std::optional<at::Scalar
   return paramDtype && at::isFloatingType(shardDtype) ? *paramDtype : shardDtype;
 }
 
-// Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes and strides, and
-// dtype. Tensor::set_ refuses to change the dtype, which mixed precision needs, so a dtype change
-// goes through the TensorImpl directly (the same fields set_ writes, plus the dtype).
+// Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes, strides and dtype,
+// keeping `dst`'s version counter: autograd saves a parameter by its TensorImpl and checks that
+// version when backward unpacks it, and a training step reshards a unit after its forward and
+// gathers it again before its backward (training.cpp): the same values, so no version must
+// change. set_data keeps the counter; a dtype change (mixed precision) goes through the
+// TensorImpl directly, and bumps it, since a parameter cast for compute is no longer the
+// tensor autograd saved.
 void pointAt(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.scalar_type() == src.scalar_type()) {
-    dst.set_(src);
+    dst.set_data(src);
     return;
   }
   c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
@@ -542,6 +546,18 @@ void detail::countAgreement() {
   detail::registry().stats.agreements += 1;
 }
 
+void detail::noteUnshardedGradBytes(int64_t delta) {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  Stats& s = detail::registry().stats;
+  s.unsharded_grad_bytes += delta;
+  s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+}
+
+void detail::countGradReduction() {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  detail::registry().stats.grad_reductions += 1;
+}
+
 Stats stats() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   Stats s = detail::registry().stats;
@@ -556,11 +572,14 @@ void resetStats() {
   Stats& s = detail::registry().stats;
   const int64_t now = s.unsharded_bytes;
   const int64_t inFlight = s.in_flight;
+  const int64_t grads = s.unsharded_grad_bytes;
   s = Stats();
   s.unsharded_bytes = now;
   s.peak_unsharded_bytes = now;
   s.in_flight = inFlight;
   s.in_flight_peak = inFlight;
+  s.unsharded_grad_bytes = grads;
+  s.peak_unsharded_grad_bytes = grads;
 }
 
 std::vector<std::pair<std::string, int64_t>> Stats::items() const {
@@ -576,6 +595,9 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"in_flight", in_flight},
           {"in_flight_peak", in_flight_peak},
           {"agreements", agreements},
+          {"grad_reductions", grad_reductions},
+          {"unsharded_grad_bytes", unsharded_grad_bytes},
+          {"peak_unsharded_grad_bytes", peak_unsharded_grad_bytes},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit}};
 }

@@ -31,6 +31,10 @@ std::vector<at::Tensor> allGatherWait(int64_t handle);
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
 /// Counts one fsdp::rank_any in the stats (agreement.cpp does the exchange).
 void countAgreement();
+/// Training (training.cpp): full gradients alive (+bytes when one arrives, -bytes once reduced),
+/// and one gradient summed over the ranks.
+void noteUnshardedGradBytes(int64_t delta);
+void countGradReduction();
 
 }  // namespace detail
 }  // namespace runtime

@@ -18,6 +18,8 @@ c10::Symbol releaseAll() { return c10::Symbol::fromQualString("fsdp::release_all
 c10::Symbol gatherStart() { return c10::Symbol::fromQualString("fsdp::all_gather_start"); }
 c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_wait"); }
 c10::Symbol rankAny() { return c10::Symbol::fromQualString("fsdp::rank_any"); }
+c10::Symbol backwardHook() { return c10::Symbol::fromQualString("fsdp::backward_hook"); }
+c10::Symbol replicatedParams() { return c10::Symbol::fromQualString("fsdp::replicated_params"); }
 bool isCollective(const torch::jit::Node* node) {
   auto kind = node->kind();
   return kind == allGather() || kind == gatherStart() || kind == gatherWait() || kind == rankAny();
@@ -134,6 +136,14 @@ GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModul
 
 torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather) {
   return graph.insertNode(graph.create(ops::reshard(), {gather.result()->output(), gather.unitName()}, 0));
+}
+
+void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
+                        at::ArrayRef<torch::jit::Value*> inputs) {
+  if (outputs.empty()) return;
+  torch::jit::Value* out = outputs.size() == 1 ? outputs[0] : graph.insertNode(graph.createTuple(outputs))->output();
+  torch::jit::Value* in = graph.insertNode(graph.createTuple(inputs))->output();
+  graph.insertNode(graph.create(ops::backwardHook(), {gather.paramList(), gather.fullRows(), gather.unitName(), out, in}, 0));
 }
 
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second) {

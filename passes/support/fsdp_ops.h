@@ -24,6 +24,8 @@ c10::Symbol releaseAll();    // fsdp::release_all
 c10::Symbol gatherStart();   // fsdp::all_gather_start
 c10::Symbol gatherWait();    // fsdp::all_gather_wait
 c10::Symbol rankAny();       // fsdp::rank_any: whether any rank's flag is set
+c10::Symbol backwardHook();  // fsdp::backward_hook: a unit call's backward gathers it again
+c10::Symbol replicatedParams();  // fsdp::replicated_params: their gradients averaged
 bool isFsdpOp(const torch::jit::Node* node);
 // An op that communicates with the other ranks: a gather of either form, or an agreement.
 bool isCollective(const torch::jit::Node* node);
@@ -89,6 +91,11 @@ GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModul
                           std::optional<c10::ScalarType> paramDtype = std::nullopt);
 // The reshard of `gather`.
 torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather);
+// What training needs after a call of the unit `gather` unshards (docs/design.md "Training"):
+// fsdp::backward_hook on the call's outputs and inputs, with the gather's parameters, rows and
+// name. Nothing when the call returns nothing.
+void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
+                        at::ArrayRef<torch::jit::Value*> inputs);
 // One all_gather of both gathers' parameters (named "a, b"), where `second` was, and one reshard
 // where the later of theirs was; both originals are removed. Their dtypes must agree.
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second);

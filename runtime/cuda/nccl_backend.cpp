@@ -142,6 +142,22 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return watchLocked(std::move(probe), stream);
   }
 
+  /// Enqueues an in-place sum over the ranks of `count` elements of `type` at `buf` on `stream`
+  /// and returns its probe.
+  std::shared_ptr<EventProbe> allReduceSum(void* buf, size_t count, ncclDataType_t type,
+                                           const c10::cuda::CUDAStream& stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    throwIfBrokenLocked();
+    auto probe = std::make_shared<EventProbe>(stream);
+    ncclResult_t r = ncclAllReduce(buf, buf, count, type, ncclSum, comm_, stream.stream());
+    if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
+    if (r != ncclSuccess) {
+      abortLocked(ncclKind(r), "ncclAllReduce failed: " + ncclText(r, comm_));
+      throwIfBrokenLocked();
+    }
+    return watchLocked(std::move(probe), stream);
+  }
+
   struct Gather {
     const void* in;
     void* out;
@@ -430,6 +446,22 @@ class NcclBackend final : public CollectiveBackend {
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
     auto probe = comm_->allGather(input.data_ptr(), output.data_ptr(),
                                   static_cast<size_t>(input.numel()), stream);
+    return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
+  }
+
+  std::unique_ptr<PendingCollective> allReduceSumAsync(const at::Tensor& tensor) override {
+    checkTensorDevice(tensor.device(), "backend nccl: all-reduce");
+    ncclDataType_t type;
+    switch (tensor.scalar_type()) {
+      case at::kFloat: type = ncclFloat32; break;
+      case at::kDouble: type = ncclFloat64; break;
+      case at::kHalf: type = ncclFloat16; break;
+      case at::kBFloat16: type = ncclBfloat16; break;
+      default: unsupported("all-reduce of " + std::string(c10::toString(tensor.scalar_type())));
+    }
+    FSDP_CHECK(tensor.is_contiguous(), ErrorKind::kInternal, "backend nccl: all-reduce of a non-contiguous tensor");
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
+    auto probe = comm_->allReduceSum(tensor.data_ptr(), static_cast<size_t>(tensor.numel()), type, stream);
     return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
   }
 

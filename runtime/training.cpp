@@ -1,0 +1,316 @@
+// Training: backward through units (SPEC section 10, docs/design.md "Training").
+//
+// A unit's parameters are leaf tensors holding the rank's shard; fsdp::all_gather points them at
+// full storage for a forward call and fsdp::reshard points them back (unshard_state.cpp), which
+// autograd does not see as a change (the version counter stays). So a forward with grad mode on
+// records the full-shaped parameters themselves, and its backward needs them full again:
+//
+//   fsdp::backward_hook(params, full_rows, unit, outputs, inputs), after each call of a unit
+//   (passes insert it beside the reshard), hooks the call's outputs: when backward reaches the
+//   first of them, the unit is gathered again ("held for backward"). A parameter's grad then
+//   arrives full-shaped at its AccumulateGrad node (created when forward used it full); before
+//   it, the hold set the parameter's .grad aside, so AccumulateGrad stores the full gradient,
+//   and a post-hook on that node sums it over the ranks, keeps this rank's rows divided by the
+//   world size (FSDP2's average), points the parameter back at its shard and gives it
+//   .grad = what was set aside + those rows. Frozen units (no parameter requires grad) are let
+//   go when backward reaches their call's inputs instead. Whatever is still held when backward
+//   ends (a parameter no gradient reached) is let go by a callback queued on the engine.
+//
+//   fsdp::replicated_params(params), in every entry method, hooks each replicated parameter
+//   (0-dim, or in no unit's group) once: its gradient is averaged over the ranks before it is
+//   accumulated.
+//
+// The sum is the backend's all-reduce (Gloo's ring, NCCL's): for two ranks a + b, exactly what
+// one process computes from the two ranks' gradients; for more, the order of the additions is
+// the backend's (docs/design.md).
+#include <torch/library.h>
+
+#include <ATen/ATen.h>
+#include <ATen/core/grad_mode.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/function_hook.h>
+#include <torch/csrc/autograd/variable.h>
+
+#include <memory>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
+#include "errors.h"
+#include "fsdp_opt/runtime.h"
+#include "process_group.h"
+#include "shard_layout.h"
+#include "unshard_state.h"
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+namespace {
+
+// What one parameter of a unit goes through in one backward.
+struct ParamState {
+  at::Tensor param;
+  int64_t fullRows = 0;
+  std::string unit;
+  int holds = 0;        // backward gathers of its unit not let go yet
+  at::Tensor setAside;  // the .grad it had before this backward
+  // The AccumulateGrad node its post-hook is on, kept alive: autograd holds it weakly and would
+  // make a new one (without the hook) for the next forward.
+  std::shared_ptr<torch::autograd::Node> accumulator;
+};
+
+struct TrainingState {
+  std::unordered_map<const c10::TensorImpl*, ParamState> params;
+  std::unordered_set<const c10::TensorImpl*> replicated;  // hooked once
+  bool backwardActive = false;  // a hold was taken and the end-of-backward callback is queued
+};
+
+std::mutex& trainingMutex() {
+  static std::mutex m;
+  return m;
+}
+
+TrainingState& state() {
+  static TrainingState* s = new TrainingState();  // leaked like the registry
+  return *s;
+}
+
+// The gradient rows of this rank: `full` (fullRows rows) summed over the ranks, divided by the
+// world size, tail rows past the end zero (SPEC section 2's padding).
+at::Tensor averagedShardRows(const at::Tensor& full, int64_t fullRows, const std::string& unit) {
+  const GroupInfo group = ensureGroup();
+  if (group.world == 1) return full.div(1);
+  const int64_t rows = layout::shardRows(fullRows, group.world);
+  std::vector<int64_t> padded = full.sizes().vec();
+  padded[0] = rows * group.world;
+  at::Tensor sum = at::zeros(padded, full.options());
+  sum.narrow(0, 0, fullRows).copy_(full);
+  const std::string ctx = "backward of unit '" + unit + "'";
+  auto backend = backendFor(full.device(), ctx);
+  try {
+    backend->allReduceSumAsync(sum)->wait();
+  } catch (const std::exception& e) {
+    raise(kindOr(e, ErrorKind::kBackend),
+          c10::str(ctx, ": summing a gradient of ", full.sizes(), " over ", group.world,
+                   " ranks on backend ", backend->name(), " failed: ", describeException(e)));
+  }
+  countGradReduction();
+  return sum.narrow(0, group.rank * rows, rows).div(group.world);
+}
+
+// Lets go of every backward hold of `ps` (its parameter back at its shard) and, with
+// `restore`, gives it back the .grad set aside (a backward that ended without its gradient).
+void letGo(ParamState& ps, bool restore) {
+  for (; ps.holds > 0; --ps.holds) reshard({ps.param}, ps.unit);
+  if (restore && ps.setAside.defined()) ps.param.mutable_grad() = std::move(ps.setAside);
+  ps.setAside = at::Tensor();
+}
+
+// After AccumulateGrad stored a unit parameter's full gradient in .grad.
+class AfterAccumulate final : public torch::autograd::FunctionPostHook {
+ public:
+  explicit AfterAccumulate(const c10::TensorImpl* impl) : impl_(impl) {}
+
+  torch::autograd::variable_list operator()(const torch::autograd::variable_list& outputs,
+                                            const torch::autograd::variable_list&) override {
+    at::Tensor param, full, setAside;
+    int64_t fullRows = 0;
+    std::string unit;
+    {
+      std::lock_guard<std::mutex> lock(trainingMutex());
+      auto it = state().params.find(impl_);
+      if (it == state().params.end() || it->second.holds == 0) return outputs;
+      ParamState& ps = it->second;
+      param = ps.param;
+      full = param.grad();
+      param.mutable_grad() = at::Tensor();
+      setAside = ps.setAside;
+      letGo(ps, /*restore=*/false);  // the parameter is its shard again, as the .grad below
+      fullRows = ps.fullRows;
+      unit = ps.unit;
+    }
+    if (!full.defined()) {
+      if (setAside.defined()) param.mutable_grad() = setAside;
+      return outputs;
+    }
+    const int64_t bytes = full.numel() * static_cast<int64_t>(full.element_size());
+    noteUnshardedGradBytes(bytes);
+    at::Tensor rows;
+    try {
+      rows = averagedShardRows(full, fullRows, unit);
+    } catch (...) {
+      noteUnshardedGradBytes(-bytes);
+      if (setAside.defined()) param.mutable_grad() = setAside;
+      throw;
+    }
+    full = at::Tensor();
+    noteUnshardedGradBytes(-bytes);
+    param.mutable_grad() = setAside.defined() ? setAside.add(rows) : rows;
+    return outputs;
+  }
+
+ private:
+  const c10::TensorImpl* impl_;
+};
+
+// Lets go of everything still held, each parameter with its .grad set aside back.
+void letGoOfAllLocked() {
+  for (auto& entry : state().params) letGo(entry.second, /*restore=*/true);
+  state().backwardActive = false;
+}
+
+// Queued on the engine by the first hold of a backward: what no gradient reached.
+void endBackward() {
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  letGoOfAllLocked();
+}
+
+// One forward call of a unit, as its backward needs it.
+struct UnitCall {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> fullRows;
+  std::string unit;
+  bool gathered = false;    // backward reached the call's outputs and gathered the unit
+  bool inputsDone = false;  // backward went past the call's inputs
+};
+
+// The call's distinct parameters, by the storage they point at now (aliases of one parameter
+// share it; the unit is gathered when this runs), with their full row counts.
+std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call) {
+  std::vector<std::pair<at::Tensor, int64_t>> out;
+  std::unordered_set<const void*> seen;
+  for (size_t i = 0; i < call.params.size(); ++i) {
+    const at::Tensor& p = call.params[i];
+    const void* where = p.storage().unsafeGetStorageImpl();
+    if (seen.insert(where).second) out.emplace_back(p, call.fullRows[i]);
+  }
+  return out;
+}
+
+// Backward reached one of the call's outputs: gather the unit for its backward.
+void beforeBackward(UnitCall& call) {
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  if (call.gathered) return;
+  call.gathered = true;
+  if (!state().backwardActive) {
+    state().backwardActive = true;
+    torch::autograd::Engine::get_default_engine().queue_callback(endBackward);
+  }
+  allGather(call.params, call.fullRows, call.unit, std::nullopt);
+  for (const auto& [p, rows] : distinctParams(call)) {
+    ParamState& ps = state().params[p.unsafeGetTensorImpl()];
+    ps.param = p;
+    ps.fullRows = rows;
+    ps.unit = call.unit;
+    if (ps.holds++ == 0 && p.requires_grad()) {
+      ps.setAside = p.grad();
+      p.mutable_grad() = at::Tensor();
+    }
+  }
+}
+
+// Backward went past the call's inputs: the call's frozen parameters (no gradient will let
+// them go) are done with.
+void afterBackwardOfCall(UnitCall& call) {
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  if (!call.gathered || call.inputsDone) return;
+  call.inputsDone = true;
+  for (const auto& [p, rows] : distinctParams(call)) {
+    if (p.requires_grad()) continue;
+    ParamState& ps = state().params[p.unsafeGetTensorImpl()];
+    if (ps.holds == 0) continue;
+    reshard({p}, call.unit);
+    --ps.holds;
+  }
+}
+
+// Every tensor requiring grad in an IValue (a tensor, or tuples, lists and dicts of them).
+void tensorsRequiringGrad(const c10::IValue& value, std::vector<at::Tensor>& out) {
+  if (value.isTensor()) {
+    if (value.toTensor().defined() && value.toTensor().requires_grad()) out.push_back(value.toTensor());
+  } else if (value.isTuple()) {
+    for (const auto& element : value.toTupleRef().elements()) tensorsRequiringGrad(element, out);
+  } else if (value.isList()) {
+    for (const auto& element : value.toListRef()) tensorsRequiringGrad(element, out);
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) tensorsRequiringGrad(entry.value(), out);
+  }
+}
+
+void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
+                    c10::IValue outputs, c10::IValue inputs) {
+  if (!at::GradMode::is_enabled()) return;
+  {
+    // A backward that raised never ran its callback: its holds are still there when the next
+    // forward runs. Let them go, each parameter with its set-aside .grad back.
+    std::lock_guard<std::mutex> lock(trainingMutex());
+    if (state().backwardActive) letGoOfAllLocked();
+  }
+  std::vector<at::Tensor> outs;
+  tensorsRequiringGrad(outputs, outs);
+  if (outs.empty()) return;  // nothing of this call is differentiated
+  auto call = std::make_shared<UnitCall>();
+  call->params = std::move(params);
+  call->fullRows = std::move(fullRows);
+  call->unit = std::move(unit);
+  bool frozen = false;
+  for (const at::Tensor& p : call->params) {
+    if (!p.requires_grad()) {
+      frozen = true;
+      continue;
+    }
+    // The accumulator exists: forward used the parameter (full) to compute these outputs. One
+    // made now would take the shard's shape.
+    auto accumulator = torch::autograd::impl::try_get_grad_accumulator(p);
+    std::lock_guard<std::mutex> lock(trainingMutex());
+    ParamState& ps = state().params[p.unsafeGetTensorImpl()];
+    if (accumulator && ps.accumulator != accumulator) {
+      accumulator->add_post_hook(std::make_unique<AfterAccumulate>(p.unsafeGetTensorImpl()));
+      ps.accumulator = accumulator;
+    }
+  }
+  for (const at::Tensor& out : outs) {
+    out.register_hook([call](const at::Tensor&) { beforeBackward(*call); });
+  }
+  if (frozen) {
+    std::vector<at::Tensor> ins;
+    tensorsRequiringGrad(inputs, ins);
+    for (const at::Tensor& in : ins) {
+      in.register_hook([call](const at::Tensor&) { afterBackwardOfCall(*call); });
+    }
+  }
+}
+
+void replicatedParamsOp(std::vector<at::Tensor> params) {
+  if (!at::GradMode::is_enabled()) return;
+  if (ensureGroup().world == 1) return;
+  for (const at::Tensor& p : params) {
+    if (!p.defined() || !p.requires_grad()) continue;
+    {
+      std::lock_guard<std::mutex> lock(trainingMutex());
+      if (!state().replicated.insert(p.unsafeGetTensorImpl()).second) continue;
+    }
+    p.register_hook([](const at::Tensor& grad) {
+      const GroupInfo group = ensureGroup();
+      at::Tensor sum = grad.contiguous().clone();
+      auto backend = backendFor(grad.device(), "backward of a replicated parameter");
+      backend->allReduceSumAsync(sum)->wait();
+      return sum.div(group.world);
+    });
+  }
+}
+
+}  // namespace
+}  // namespace detail
+}  // namespace runtime
+}  // namespace fsdp_opt
+
+TORCH_LIBRARY_FRAGMENT(fsdp, m) {
+  constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
+  m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs) -> ()",
+                      kConservative),
+        fsdp_opt::runtime::detail::backwardHookOp);
+  m.def(torch::schema("replicated_params(Tensor[] params) -> ()", kConservative),
+        fsdp_opt::runtime::detail::replicatedParamsOp);
+}
