@@ -67,7 +67,8 @@ std::map<std::string, std::string> methodsReadingShardedRoot(const torch::jit::M
 std::vector<std::string> replicatedParameters(const torch::jit::Module& root, const FsdpPlan& plan) {
   std::vector<std::string> paths;
   std::set<const c10::TensorImpl*> seen;
-  for (const auto& [owner, module] : ModuleIndex(root).modules()) {
+  ModuleIndex index(root);
+  for (const auto& [owner, module] : index.modules()) {
     for (const auto& item : module.named_parameters(/*recurse=*/false)) {
       if (!item.value.defined() || !seen.insert(item.value.unsafeGetTensorImpl()).second) continue;
       std::string path = joinPath(owner, item.name);

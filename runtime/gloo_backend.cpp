@@ -164,16 +164,21 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
-  std::unique_ptr<PendingCollective> allReduceSumAsync(const at::Tensor& tensor) override {
-    if (!tensor.device().is_cpu()) {
-      unsupported("tensors on " + tensor.device().str() + " (it handles CPU tensors only)");
+  std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input, const at::Tensor& output) override {
+    for (const at::Tensor* t : {&input, &output}) {
+      if (!t->device().is_cpu()) unsupported("tensors on " + t->device().str() + " (it handles CPU tensors only)");
     }
-    c10d::AllreduceOptions opts;
-    opts.reduceOp = c10d::ReduceOp::SUM;
+    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
+                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
+               ErrorKind::kInternal, "backend gloo: all-to-all of ", input.numel(), " and ", output.numel(),
+               " bytes over ", size_, " ranks");
+    c10d::AllToAllOptions opts;
     opts.timeout = options().timeout;
-    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{tensor}, options().timeout);
-    std::vector<at::Tensor> tensors{tensor};
-    pending->add(pg_->allreduce(tensors, opts));
+    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
+    std::vector<int64_t> equalSplits;  // empty: equal chunks
+    at::Tensor out = output;
+    at::Tensor in = input;
+    pending->add(pg_->alltoall_base(out, in, equalSplits, equalSplits, opts));
     return pending;
   }
 

@@ -20,9 +20,9 @@
 //   (0-dim, or in no unit's group) once: its gradient is averaged over the ranks before it is
 //   accumulated.
 //
-// The sum is the backend's all-reduce (Gloo's ring, NCCL's): for two ranks a + b, exactly what
-// one process computes from the two ranks' gradients; for more, the order of the additions is
-// the backend's (docs/design.md).
+// The sum over ranks is done in rank order, ((g0 + g1) + g2) + ..., after an all-to-all that
+// brings each rank every rank's rows of its shard (a reduce-scatter whose additions one process
+// can reproduce bit for bit at any world size; docs/design.md "Training").
 #include <torch/library.h>
 
 #include <ATen/ATen.h>
@@ -76,27 +76,44 @@ TrainingState& state() {
   return *s;
 }
 
+// a + b + c ... of `parts` in that order: the sum over ranks in rank order.
+at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
+  at::Tensor sum = parts.front().clone();
+  for (size_t r = 1; r < parts.size(); ++r) sum.add_(parts[r]);
+  return sum;
+}
+
+// Raises the failure of a gradient collective with what it was for.
+[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const at::Tensor& grad,
+                                        const GroupInfo& group, const CollectiveBackend& backend) {
+  raise(kindOr(e, ErrorKind::kBackend),
+        c10::str(ctx, ": reducing a gradient of ", grad.sizes(), " over ", group.world, " ranks on backend ",
+                 backend.name(), " failed: ", describeException(e)));
+}
+
 // The gradient rows of this rank: `full` (fullRows rows) summed over the ranks, divided by the
-// world size, tail rows past the end zero (SPEC section 2's padding).
+// world size, tail rows past the end zero (SPEC section 2's padding). The sum is a reduce-scatter
+// done as an all-to-all (each rank receives every rank's rows of its own shard) followed by
+// additions in rank order, so one process reproduces it bit for bit at any world size; a
+// backend's reduce-scatter or all-reduce would add in its own order.
 at::Tensor averagedShardRows(const at::Tensor& full, int64_t fullRows, const std::string& unit) {
   const GroupInfo group = ensureGroup();
   if (group.world == 1) return full.div(1);
   const int64_t rows = layout::shardRows(fullRows, group.world);
   std::vector<int64_t> padded = full.sizes().vec();
   padded[0] = rows * group.world;
-  at::Tensor sum = at::zeros(padded, full.options());
-  sum.narrow(0, 0, fullRows).copy_(full);
+  at::Tensor send = at::zeros(padded, full.options());
+  send.narrow(0, 0, fullRows).copy_(full);
+  at::Tensor received = at::empty_like(send);
   const std::string ctx = "backward of unit '" + unit + "'";
   auto backend = backendFor(full.device(), ctx);
   try {
-    backend->allReduceSumAsync(sum)->wait();
+    backend->allToAllBytesAsync(send.view({-1}).view(at::kByte), received.view({-1}).view(at::kByte))->wait();
   } catch (const std::exception& e) {
-    raise(kindOr(e, ErrorKind::kBackend),
-          c10::str(ctx, ": summing a gradient of ", full.sizes(), " over ", group.world,
-                   " ranks on backend ", backend->name(), " failed: ", describeException(e)));
+    raiseReductionFailure(e, ctx, full, group, *backend);
   }
   countGradReduction();
-  return sum.narrow(0, group.rank * rows, rows).div(group.world);
+  return sumInRankOrder(received.split(rows, 0)).div(group.world);
 }
 
 // Lets go of every backward hold of `ps` (its parameter back at its shard) and, with
@@ -292,11 +309,22 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
       if (!state().replicated.insert(p.unsafeGetTensorImpl()).second) continue;
     }
     p.register_hook([](const at::Tensor& grad) {
+      // Every rank needs the whole sum: an all-gather of the (small) gradient, then the
+      // additions in rank order, as for unit gradients.
       const GroupInfo group = ensureGroup();
-      at::Tensor sum = grad.contiguous().clone();
-      auto backend = backendFor(grad.device(), "backward of a replicated parameter");
-      backend->allReduceSumAsync(sum)->wait();
-      return sum.div(group.world);
+      const std::string ctx = "backward of a replicated parameter";
+      auto backend = backendFor(grad.device(), ctx);
+      at::Tensor mine = grad.contiguous();
+      at::Tensor all = at::empty({group.world * mine.numel()}, mine.options());
+      try {
+        backend->allGatherBytesAsync(mine.view({-1}).view(at::kByte), all.view(at::kByte))->wait();
+      } catch (const std::exception& e) {
+        raiseReductionFailure(e, ctx, grad, group, *backend);
+      }
+      countGradReduction();
+      std::vector<at::Tensor> parts;
+      for (const at::Tensor& part : all.split(mine.numel())) parts.push_back(part.view(mine.sizes()));
+      return sumInRankOrder(parts).div(group.world);
     });
   }
 }

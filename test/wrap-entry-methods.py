@@ -24,7 +24,11 @@
 # CHECK:         %[[BODY:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%body
 # CHECK-NEXT:    fsdp::reshard(%[[BODY]],
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK:         = fsdp::reshard(%[[FULL]], %[[PATH]])
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NEXT:    return
 #
 # `describe` is an entry method but not a forward method: the check, and no gather.

@@ -97,6 +97,14 @@ bool isOperandRead(const torch::jit::Node* node) {
          kind == c10::prim::unchecked_cast || kind == c10::Symbol::fromQualString("aten::join");
 }
 
+bool isBackwardHookPart(const torch::jit::Node* node) {
+  if (node->kind() == ops::backwardHook()) return true;
+  if (node->kind() != c10::prim::TupleConstruct) return false;
+  const auto& uses = node->output()->uses();
+  return !uses.empty() && std::all_of(uses.begin(), uses.end(),
+                                      [](const torch::jit::Use& use) { return use.user->kind() == ops::backwardHook(); });
+}
+
 // ---- builders --------------------------------------------------------------------------------
 
 namespace {

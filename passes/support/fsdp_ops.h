@@ -82,6 +82,9 @@ std::vector<GatherOp> gathersIn(torch::jit::Block* block);
 // A node that only reads what a gather takes as operands (prim::GetAttr chains, the lists and
 // constants built from them, a bucket's joined unit names): such nodes may move with their gather.
 bool isOperandRead(const torch::jit::Node* node);
+// An fsdp::backward_hook, or a tuple built only for one: it neither reads a parameter nor
+// changes what forward computes, so schedules treat it as absent.
+bool isBackwardHookPart(const torch::jit::Node* node);
 
 // --- Builders. Each inserts at the graph's insertion point unless it says otherwise. ---
 
