@@ -36,6 +36,7 @@
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
+#include <utility>
 
 #include "errors.h"
 #include "fsdp_opt/runtime.h"
@@ -48,6 +49,10 @@ namespace runtime {
 namespace detail {
 namespace {
 
+// A strong reference to an AccumulateGrad node: std::shared_ptr in LibTorch 1.13, an
+// intrusive pointer in later releases.
+using AccumulatorPtr = decltype(torch::autograd::impl::try_get_grad_accumulator(std::declval<const at::Tensor&>()));
+
 // What one parameter of a unit goes through in one backward.
 struct ParamState {
   at::Tensor param;
@@ -57,7 +62,7 @@ struct ParamState {
   at::Tensor setAside;  // the .grad it had before this backward
   // The AccumulateGrad node its post-hook is on, kept alive: autograd holds it weakly and would
   // make a new one (without the hook) for the next forward.
-  std::shared_ptr<torch::autograd::Node> accumulator;
+  AccumulatorPtr accumulator;
 };
 
 struct TrainingState {

@@ -35,6 +35,7 @@ struct Stats {
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once
+  int64_t host_buffer_live_bytes = 0;    // pool buffers in use: what the full storage really holds
 
   /// (name, value) pairs in a fixed order; the names are the keys of fsdp::stats().
   std::vector<std::pair<std::string, int64_t>> items() const;

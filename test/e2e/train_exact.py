@@ -23,6 +23,7 @@
 # RUN: %python %s --model gpt --worlds 2 --optim adamw --mode accumulate %t
 # RUN: %python %s --model vit --worlds 1,2 --optim adamw %t
 # RUN: %python %s --model resnet --worlds 2 --optim sgd %t
+# RUN: %python %s --model gpt --worlds 2 --optim sgd --full-state %t
 
 import argparse
 import os
@@ -35,6 +36,7 @@ import fsdp_harness as h
 import fsdp_models as fm
 
 STEPS = 5
+PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
 
 FLAGS = {
     "gpt": ["--fsdp-unit=.", "--fsdp-unit=blocks.*"],
@@ -99,15 +101,24 @@ def train(model, model_name, optimizer, batches_per_step, mode, first_grads_into
 def rank_main(ctx):
     torch.set_num_threads(1)
     a = ctx.args
-    model = ctx.load(a["file"] or ctx.rank_file(a["dir"]))
+    if a["full_state"]:
+        sys.path.insert(0, a["python_dir"])
+        import fsdp_opt
+        model = fsdp_opt.load_rank_file(a["dir"])
+    else:
+        model = ctx.load(a["file"] or ctx.rank_file(a["dir"]))
     params = distinct_named_parameters(model)
     optimizer = make_optimizer(a["optim"], list(params.values()))
     inputs = h.torch_load(a["inputs"])[ctx.rank]
     ctx.reset_stats()
     first = {}
     train(model, a["model"], optimizer, inputs, a["mode"], first)
-    return {"grads": first, "params": {n: p.detach().clone() for n, p in params.items()},
-            "shapes": {n: tuple(p.shape) for n, p in params.items()}, "stats": ctx.stats()}
+    result = {"grads": first, "params": {n: p.detach().clone() for n, p in params.items()},
+              "stats": ctx.stats()}
+    if a["full_state"]:
+        result["full_state"] = fsdp_opt.full_state_dict(model, os.path.join(a["dir"], "manifest.json"))
+        result["stats_after"] = ctx.stats()
+    return result
 
 
 def reference(orig, model_name, optim, inputs, mode, world):
@@ -172,6 +183,8 @@ def main():
     ap.add_argument("--worlds", default="1,2")
     ap.add_argument("--optim", default="sgd,adamw")
     ap.add_argument("--mode", default="plain", choices=["plain", "accumulate"])
+    ap.add_argument("--full-state", action="store_true",
+                    help="ranks load with fsdp_opt.load_rank_file and return fsdp_opt.full_state_dict")
     ap.add_argument("out")
     a = ap.parse_args()
     torch.set_num_threads(1)
@@ -192,7 +205,8 @@ def main():
         torch.save(inputs, inputs_path)
         for optim in a.optim.split(","):
             label = "W=%d %s %s" % (w, optim, a.mode)
-            results = h.run_ranks(w, rank_main, {"dir": out, "file": rank_file, "inputs": inputs_path, "optim": optim,
+            results = h.run_ranks(w, rank_main, {"dir": out, "file": rank_file, "full_state": a.full_state,
+                                                 "python_dir": PYTHON_DIR, "inputs": inputs_path, "optim": optim,
                                                  "model": a.model, "mode": a.mode}, timeout=300)
             if not t.check(all(x.ok for x in results), "%s: every rank trains %d steps" % (label, STEPS),
                            h.describe_ranks(results)):
@@ -226,7 +240,33 @@ def main():
                         "%s rank %d: gradients reduced over the ranks (%s reductions)" % (label, res.rank, reductions))
                 t.check(s.get("unsharded_bytes", -1) == 0,
                         "%s rank %d: nothing left unsharded after training" % (label, res.rank), str(s))
+                if a.full_state:
+                    check_full_state(t, "%s rank %d" % (label, res.rank), v, orig, final, a.model, inputs)
     return t.finish("every rank's gradients and parameters equal the one-process reference's rows")
+
+
+def check_full_state(t, label, v, orig, final, model_name, inputs):
+    """fsdp_opt.full_state_dict gave the reference's trained state under the original names;
+    loaded into the original model and saved as one TorchScript file, it computes what the
+    trained reference computes."""
+    state = v["full_state"]
+    original = torch.jit.load(orig)
+    names = set(original.state_dict())
+    t.check(set(state) == names, "%s: full_state_dict has the original's %d names" % (label, len(names)),
+            "missing %s, extra %s" % (sorted(names - set(state)), sorted(set(state) - names)))
+    bad = [n for n in final if not (n in state and torch.equal(state[n], final[n]))]
+    t.check(not bad, "%s: every gathered parameter equals the trained reference's, bitwise" % label, str(bad))
+    t.check(v["stats_after"]["unsharded_bytes"] == 0, "%s: full_state_dict leaves nothing unsharded" % label)
+    original.load_state_dict(state)
+    path = orig + ".trained.pt"
+    torch.jit.save(original, path)
+    reloaded = torch.jit.load(path)
+    trained = torch.jit.load(orig)
+    trained.load_state_dict({n: final[n] for n in final}, strict=False)
+    x, _ = inputs[0][0][0]
+    with torch.no_grad():
+        same = torch.equal(reloaded(x), trained(x))
+    t.check(same, "%s: the saved unsharded TorchScript file computes what the trained reference does" % label)
 
 
 class _Quiet:
