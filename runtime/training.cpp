@@ -219,7 +219,15 @@ void beforeBackward(UnitCall& call) {
     state().backwardActive = true;
     torch::autograd::Engine::get_default_engine().queue_callback(endBackward);
   }
-  allGather(call.params, call.fullRows, call.unit, std::nullopt);
+  try {
+    allGather(call.params, call.fullRows, call.unit, std::nullopt);
+  } catch (const std::exception& e) {
+    // Every rank that runs this backward gathers here; a rank that skipped backward() (or ran
+    // another program) is the usual cause of a timeout.
+    raise(kindOr(e, ErrorKind::kBackend),
+          c10::str("backward of unit '", call.unit, "': gathering it again failed (did every rank call backward()?): ",
+                   describeException(e)));
+  }
   for (const auto& [p, rows] : distinctParams(call)) {
     ParamState& ps = state().params[p.unsafeGetTensorImpl()];
     ps.param = p;
