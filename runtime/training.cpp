@@ -25,6 +25,8 @@
 // can reproduce bit for bit at any world size; docs/design.md "Training").
 #include <torch/library.h>
 
+#include <c10/util/accumulate.h>
+
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/engine.h>
@@ -65,8 +67,29 @@ struct ParamState {
   AccumulatorPtr accumulator;
 };
 
+// A full gradient waiting for the rest of its unit's, to be reduced with them.
+struct PendingGrad {
+  at::Tensor param;
+  at::Tensor full;
+  at::Tensor setAside;
+  int64_t fullRows = 0;
+};
+
+// The gradients of one unit (of one dtype) in this backward: reduced in ONE collective once
+// every parameter of the unit that requires grad has one (FSDP2's reduce-scatter per unit), or
+// when backward ends, for a unit some of whose parameters got none.
+struct UnitBatch {
+  std::string unit;
+  at::ScalarType dtype = at::kFloat;
+  std::vector<PendingGrad> grads;
+  int64_t bytes = 0;
+};
+
 struct TrainingState {
   std::unordered_map<const c10::TensorImpl*, ParamState> params;
+  // By unit name, in the order backward first reached them: the same on every rank, which is
+  // what the collectives of a flush at the end of backward need.
+  std::vector<std::shared_ptr<UnitBatch>> batches;
   std::unordered_set<const c10::TensorImpl*> replicated;  // hooked once
   bool backwardActive = false;  // a hold was taken and the end-of-backward callback is queued
 };
@@ -96,29 +119,116 @@ at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
                  backend.name(), " failed: ", describeException(e)));
 }
 
-// The gradient rows of this rank: `full` (fullRows rows) summed over the ranks, divided by the
-// world size, tail rows past the end zero (SPEC section 2's padding). The sum is a reduce-scatter
-// done as an all-to-all (each rank receives every rank's rows of its own shard) followed by
-// additions in rank order, so one process reproduces it bit for bit at any world size; a
-// backend's reduce-scatter or all-reduce would add in its own order.
-at::Tensor averagedShardRows(const at::Tensor& full, int64_t fullRows, const std::string& unit) {
+// Reduces a unit's full gradients to this rank's rows of their mean over the ranks, in ONE
+// collective: each gradient is padded to W shards of rows (SPEC section 2), all of them are
+// packed so that chunk p holds every gradient's shard p, and an all-to-all brings each rank
+// every rank's chunk of its own rows; the rank then adds them in rank order and divides by W.
+// A reduce-scatter whose additions one process can repeat bit for bit at any world size (a
+// backend's reduce-scatter or all-reduce adds in its own order). Returns the rows, in order.
+std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
   const GroupInfo group = ensureGroup();
-  if (group.world == 1) return full.div(1);
-  const int64_t rows = layout::shardRows(fullRows, group.world);
-  std::vector<int64_t> padded = full.sizes().vec();
-  padded[0] = rows * group.world;
-  at::Tensor send = at::zeros(padded, full.options());
-  send.narrow(0, 0, fullRows).copy_(full);
+  std::vector<at::Tensor> rows;
+  if (group.world == 1) {
+    for (const PendingGrad& g : batch.grads) rows.push_back(g.full.div(1));
+    return rows;
+  }
+  const int64_t w = group.world;
+  std::vector<at::Tensor> chunks;  // per gradient: [W, shard elements]
+  std::vector<int64_t> shardRows;
+  for (const PendingGrad& g : batch.grads) {
+    const int64_t r = layout::shardRows(g.fullRows, w);
+    std::vector<int64_t> padded = g.full.sizes().vec();
+    padded[0] = r * w;
+    at::Tensor p = at::zeros(padded, g.full.options());
+    p.narrow(0, 0, g.fullRows).copy_(g.full);
+    chunks.push_back(p.view({w, -1}));
+    shardRows.push_back(r);
+  }
+  at::Tensor send = at::cat(chunks, 1).contiguous();
+  chunks.clear();
   at::Tensor received = at::empty_like(send);
-  const std::string ctx = "backward of unit '" + unit + "'";
-  auto backend = backendFor(full.device(), ctx);
+  const std::string ctx = "backward of unit '" + batch.unit + "'";
+  auto backend = backendFor(send.device(), ctx);
   try {
     backend->allToAllBytesAsync(send.view({-1}).view(at::kByte), received.view({-1}).view(at::kByte))->wait();
   } catch (const std::exception& e) {
-    raiseReductionFailure(e, ctx, full, group, *backend);
+    raise(kindOr(e, ErrorKind::kBackend),
+          c10::str(ctx, ": reducing the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
+                   " elements per rank) over ", w, " ranks on backend ", backend->name(),
+                   " failed (did every rank call backward()?): ", describeException(e)));
   }
   countGradReduction();
-  return sumInRankOrder(received.split(rows, 0)).div(group.world);
+  int64_t offset = 0;
+  for (size_t i = 0; i < batch.grads.size(); ++i) {
+    const PendingGrad& g = batch.grads[i];
+    std::vector<int64_t> shape = g.full.sizes().vec();
+    shape[0] = shardRows[i];
+    const int64_t n = c10::multiply_integers(shape);
+    std::vector<at::Tensor> parts;
+    for (int64_t p = 0; p < w; ++p) parts.push_back(received[p].narrow(0, offset, n));
+    rows.push_back(sumInRankOrder(parts).div(w).view(shape));
+    offset += n;
+  }
+  return rows;
+}
+
+// Reduces `batch` and gives each of its parameters .grad = what was set aside + its rows. On
+// failure every parameter gets back what was set aside.
+void flush(UnitBatch& batch) {
+  if (batch.grads.empty()) return;
+  std::vector<at::Tensor> rows;
+  try {
+    rows = reduceToShardRows(batch);
+  } catch (...) {
+    for (PendingGrad& g : batch.grads) {
+      if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
+    }
+    noteUnshardedGradBytes(-batch.bytes);
+    batch.grads.clear();
+    batch.bytes = 0;
+    throw;
+  }
+  noteUnshardedGradBytes(-batch.bytes);
+  for (size_t i = 0; i < batch.grads.size(); ++i) {
+    PendingGrad& g = batch.grads[i];
+    g.param.mutable_grad() = g.setAside.defined() ? g.setAside.add(rows[i]) : rows[i];
+  }
+  batch.grads.clear();
+  batch.bytes = 0;
+}
+
+// The batch of `unit` for parameters of `dtype` (created in the order backward reaches them).
+std::shared_ptr<UnitBatch> batchOfLocked(const std::string& unit, at::ScalarType dtype) {
+  for (const auto& b : state().batches) {
+    if (b->unit == unit && b->dtype == dtype) return b;
+  }
+  auto b = std::make_shared<UnitBatch>();
+  b->unit = unit;
+  b->dtype = dtype;
+  state().batches.push_back(b);
+  return b;
+}
+
+// Whether a parameter of `unit` of `dtype` that requires grad is still gathered for this
+// backward: its gradient is still to come, so the unit's batch waits for it.
+bool gradStillToComeLocked(const std::string& unit, at::ScalarType dtype) {
+  for (const auto& entry : state().params) {
+    const ParamState& ps = entry.second;
+    if (ps.holds > 0 && ps.unit == unit && ps.param.requires_grad() && ps.param.scalar_type() == dtype) return true;
+  }
+  return false;
+}
+
+// Forgets the gradients of a backward that will not finish (it raised), each parameter with
+// what was set aside given back.
+void dropBatchesLocked() {
+  for (const auto& b : state().batches) {
+    for (PendingGrad& g : b->grads) {
+      if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
+    }
+    noteUnshardedGradBytes(-b->bytes);
+  }
+  state().batches.clear();
 }
 
 // Lets go of every backward hold of `ps` (its parameter back at its shard) and, with
@@ -156,19 +266,18 @@ class AfterAccumulate final : public torch::autograd::FunctionPostHook {
       if (setAside.defined()) param.mutable_grad() = setAside;
       return outputs;
     }
-    const int64_t bytes = full.numel() * static_cast<int64_t>(full.element_size());
-    noteUnshardedGradBytes(bytes);
-    at::Tensor rows;
-    try {
-      rows = averagedShardRows(full, fullRows, unit);
-    } catch (...) {
-      noteUnshardedGradBytes(-bytes);
-      if (setAside.defined()) param.mutable_grad() = setAside;
-      throw;
+    std::shared_ptr<UnitBatch> ready;
+    {
+      std::lock_guard<std::mutex> lock(trainingMutex());
+      const at::ScalarType dtype = full.scalar_type();
+      std::shared_ptr<UnitBatch> batch = batchOfLocked(unit, dtype);
+      const int64_t bytes = full.numel() * static_cast<int64_t>(full.element_size());
+      noteUnshardedGradBytes(bytes);
+      batch->bytes += bytes;
+      batch->grads.push_back(PendingGrad{param, std::move(full), std::move(setAside), fullRows});
+      if (!gradStillToComeLocked(unit, dtype)) ready = batch;
     }
-    full = at::Tensor();
-    noteUnshardedGradBytes(-bytes);
-    param.mutable_grad() = setAside.defined() ? setAside.add(rows) : rows;
+    if (ready) flush(*ready);  // a collective: outside the lock
     return outputs;
   }
 
@@ -182,10 +291,17 @@ void letGoOfAllLocked() {
   state().backwardActive = false;
 }
 
-// Queued on the engine by the first hold of a backward: what no gradient reached.
+// Queued on the engine by the first hold of a backward: lets go of what no gradient reached,
+// then reduces the units whose batch is still open (some parameter got no gradient), in the
+// order backward reached them, which is every rank's order.
 void endBackward() {
-  std::lock_guard<std::mutex> lock(trainingMutex());
-  letGoOfAllLocked();
+  std::vector<std::shared_ptr<UnitBatch>> open;
+  {
+    std::lock_guard<std::mutex> lock(trainingMutex());
+    letGoOfAllLocked();
+    open.swap(state().batches);
+  }
+  for (const auto& batch : open) flush(*batch);
 }
 
 // One forward call of a unit, as its backward needs it.
@@ -275,7 +391,10 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
     // A backward that raised never ran its callback: its holds are still there when the next
     // forward runs. Let them go, each parameter with its set-aside .grad back.
     std::lock_guard<std::mutex> lock(trainingMutex());
-    if (state().backwardActive) letGoOfAllLocked();
+    if (state().backwardActive) {
+      letGoOfAllLocked();
+      dropBatchesLocked();
+    }
   }
   std::vector<at::Tensor> outs;
   tensorsRequiringGrad(outputs, outs);
