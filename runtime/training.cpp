@@ -85,6 +85,8 @@ struct UnitBatch {
   int64_t bytes = 0;
 };
 
+struct UnitCall;
+
 struct TrainingState {
   std::unordered_map<const c10::TensorImpl*, ParamState> params;
   // By unit name, in the order backward first reached them: the same on every rank, which is
@@ -92,6 +94,9 @@ struct TrainingState {
   std::vector<std::shared_ptr<UnitBatch>> batches;
   std::unordered_set<const c10::TensorImpl*> replicated;  // hooked once
   bool backwardActive = false;  // a hold was taken and the end-of-backward callback is queued
+  // The calls hooked in forward, in order, for backward prefetching: held weakly, they die with
+  // the graph whose outputs hold their hooks.
+  std::vector<std::weak_ptr<UnitCall>> calls;
 };
 
 std::mutex& trainingMutex() {
@@ -285,9 +290,45 @@ class AfterAccumulate final : public torch::autograd::FunctionPostHook {
   const c10::TensorImpl* impl_;
 };
 
-// Lets go of everything still held, each parameter with its .grad set aside back.
+// One forward call of a unit, as its backward needs it.
+struct UnitCall {
+  std::vector<at::Tensor> params;
+  std::vector<int64_t> fullRows;
+  std::string unit;
+  int64_t bytes = 0;        // the unit's full bytes (aliases once)
+  size_t index = 0;         // in TrainingState::calls
+  bool gathered = false;    // backward reached the call's outputs and gathered the unit
+  bool inputsDone = false;  // backward went past the call's inputs
+  int64_t prefetch = 0;     // the handle of its gather, started ahead by backward (0: none)
+  bool prefetchDone = false;   // that gather was waited for
+  bool prefetchOwned = false;  // ...and its unshard is not a hold yet (released if never used)
+};
+
+// Lets go of everything still held, each parameter with its .grad set aside back, and of
+// gathers started ahead that backward did not use; the calls of the forward become ready for
+// another backward through the same graph (retain_graph=True).
 void letGoOfAllLocked() {
   for (auto& entry : state().params) letGo(entry.second, /*restore=*/true);
+  std::vector<std::weak_ptr<UnitCall>> live;
+  for (const auto& weak : state().calls) {
+    std::shared_ptr<UnitCall> c = weak.lock();
+    if (!c) continue;
+    if (c->prefetch != 0 && !c->prefetchDone) {
+      c->prefetchOwned = true;
+      try {
+        allGatherWait(c->prefetch);
+      } catch (...) {
+        c->prefetchOwned = false;  // a failed gather holds nothing; the error was reported
+      }
+    }
+    if (c->prefetchOwned) reshard(c->params, c->unit);
+    c->prefetch = 0;
+    c->prefetchDone = c->prefetchOwned = false;
+    c->gathered = c->inputsDone = false;
+    c->index = live.size();
+    live.push_back(c);
+  }
+  state().calls.swap(live);
   state().backwardActive = false;
 }
 
@@ -304,15 +345,6 @@ void endBackward() {
   for (const auto& batch : open) flush(*batch);
 }
 
-// One forward call of a unit, as its backward needs it.
-struct UnitCall {
-  std::vector<at::Tensor> params;
-  std::vector<int64_t> fullRows;
-  std::string unit;
-  bool gathered = false;    // backward reached the call's outputs and gathered the unit
-  bool inputsDone = false;  // backward went past the call's inputs
-};
-
 // The call's distinct parameters, by the storage they point at now (aliases of one parameter
 // share it; the unit is gathered when this runs), with their full row counts.
 std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call) {
@@ -326,7 +358,55 @@ std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call)
   return out;
 }
 
-// Backward reached one of the call's outputs: gather the unit for its backward.
+// Raises a failed gather of backward with its likely cause.
+[[noreturn]] void raiseBackwardGatherFailure(const std::string& unit, const std::exception& e) {
+  // Every rank that runs this backward gathers here; a rank that skipped backward() (or ran
+  // another program) is the usual cause of a timeout.
+  raise(kindOr(e, ErrorKind::kBackend),
+        c10::str("backward of unit '", unit, "': gathering it again failed (did every rank call backward()?): ",
+                 describeException(e)));
+}
+
+// Waits for every started prefetch of `unit`: a gather of a unit whose start is not waited is
+// refused, and backward may reach another call of the unit before the prefetched one.
+void waitPrefetchesOfLocked(const std::string& unit) {
+  for (const auto& weak : state().calls) {
+    std::shared_ptr<UnitCall> c = weak.lock();
+    if (!c || c->prefetch == 0 || c->prefetchDone || c->unit != unit) continue;
+    c->prefetchDone = true;
+    c->prefetchOwned = true;
+    try {
+      allGatherWait(c->prefetch);
+    } catch (const std::exception& e) {
+      c->prefetchOwned = false;
+      raiseBackwardGatherFailure(unit, e);
+    }
+  }
+}
+
+// Starts the gather of the call before `call` in forward order, the one backward reaches next
+// (FSDP2's backward prefetch), when it fits: with what is unsharded now, no more than the most
+// this process ever had unsharded at once, which the schedules kept within
+// --max-unsharded-bytes. That peak is the same on every rank of one program, so every rank
+// decides alike and issues the same collectives in the same order.
+void prefetchBeforeLocked(const UnitCall& call) {
+  for (size_t j = call.index; j-- > 0;) {
+    std::shared_ptr<UnitCall> c = j < state().calls.size() ? state().calls[j].lock() : nullptr;
+    if (!c) continue;
+    if (c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
+    const auto [now, everPeak] = unshardedBytesNowAndEverPeak();
+    if (now + c->bytes > everPeak) return;
+    try {
+      c->prefetch = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
+    } catch (const std::exception& e) {
+      raiseBackwardGatherFailure(c->unit, e);
+    }
+    return;
+  }
+}
+
+// Backward reached one of the call's outputs: gather the unit for its backward (or take the
+// gather started ahead), then start the next one's.
 void beforeBackward(UnitCall& call) {
   std::lock_guard<std::mutex> lock(trainingMutex());
   if (call.gathered) return;
@@ -335,14 +415,15 @@ void beforeBackward(UnitCall& call) {
     state().backwardActive = true;
     torch::autograd::Engine::get_default_engine().queue_callback(endBackward);
   }
-  try {
-    allGather(call.params, call.fullRows, call.unit, std::nullopt);
-  } catch (const std::exception& e) {
-    // Every rank that runs this backward gathers here; a rank that skipped backward() (or ran
-    // another program) is the usual cause of a timeout.
-    raise(kindOr(e, ErrorKind::kBackend),
-          c10::str("backward of unit '", call.unit, "': gathering it again failed (did every rank call backward()?): ",
-                   describeException(e)));
+  waitPrefetchesOfLocked(call.unit);
+  if (call.prefetchOwned) {
+    call.prefetchOwned = false;  // the prefetched unshard is this call's hold
+  } else {
+    try {
+      allGather(call.params, call.fullRows, call.unit, std::nullopt);
+    } catch (const std::exception& e) {
+      raiseBackwardGatherFailure(call.unit, e);
+    }
   }
   for (const auto& [p, rows] : distinctParams(call)) {
     ParamState& ps = state().params[p.unsafeGetTensorImpl()];
@@ -354,6 +435,7 @@ void beforeBackward(UnitCall& call) {
       p.mutable_grad() = at::Tensor();
     }
   }
+  prefetchBeforeLocked(call);
 }
 
 // Backward went past the call's inputs: the call's frozen parameters (no gradient will let
@@ -390,11 +472,7 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   {
     // A backward that raised never ran its callback: its holds are still there when the next
     // forward runs. Let them go, each parameter with its set-aside .grad back.
-    std::lock_guard<std::mutex> lock(trainingMutex());
-    if (state().backwardActive) {
-      letGoOfAllLocked();
-      dropBatchesLocked();
-    }
+    finishAbandonedBackward();
   }
   std::vector<at::Tensor> outs;
   tensorsRequiringGrad(outputs, outs);
@@ -403,6 +481,28 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   call->params = std::move(params);
   call->fullRows = std::move(fullRows);
   call->unit = std::move(unit);
+  {
+    std::unordered_set<const c10::TensorImpl*> seen;
+    for (size_t i = 0; i < call->params.size(); ++i) {
+      const at::Tensor& p = call->params[i];
+      if (!seen.insert(p.unsafeGetTensorImpl()).second || p.dim() == 0 || p.size(0) == 0) continue;
+      call->bytes += call->fullRows[i] * (p.numel() / p.size(0)) * static_cast<int64_t>(p.element_size());
+    }
+    std::lock_guard<std::mutex> lock(trainingMutex());
+    auto& calls = state().calls;
+    if (calls.size() >= 64 && calls.size() % 64 == 0) {  // forwards never backpropagated: prune
+      std::vector<std::weak_ptr<UnitCall>> live;
+      for (const auto& weak : calls) {
+        if (auto c = weak.lock()) {
+          c->index = live.size();
+          live.push_back(c);
+        }
+      }
+      calls.swap(live);
+    }
+    call->index = calls.size();
+    calls.push_back(call);
+  }
   bool frozen = false;
   for (const at::Tensor& p : call->params) {
     if (!p.requires_grad()) {
@@ -462,6 +562,14 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
 }
 
 }  // namespace
+
+void finishAbandonedBackward() {
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  if (!state().backwardActive) return;
+  letGoOfAllLocked();
+  dropBatchesLocked();
+}
+
 }  // namespace detail
 }  // namespace runtime
 }  // namespace fsdp_opt

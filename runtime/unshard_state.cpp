@@ -107,6 +107,10 @@ struct Registry {
   std::unordered_map<const c10::TensorImpl*, int64_t> inFlightByImpl;
   std::map<ShardKey, int64_t> inFlightByShard;
   std::unordered_map<const c10::TensorImpl*, KeptStorage> kept;  // by the group's first parameter
+  // The most bytes ever unsharded at once in this process (reset_stats does not touch it): what
+  // the program's schedules needed, so within --max-unsharded-bytes; and the same on every
+  // rank running the same program, which backward prefetching relies on (training.cpp).
+  int64_t unshardedEverPeak = 0;
 };
 
 std::mutex& registryMutex() {
@@ -235,11 +239,19 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<Group>>& gro
     g->refcount = 0;
     events.insert(g->gatherId);
   }
+  // An unshard is undone when the last of its groups goes: backward lets a unit's parameters
+  // go one by one (training.cpp), and that is still one reshard of one all-gather.
+  for (const auto& entry : reg.byShard) events.erase(entry.second->gatherId);
   reg.stats.reshards += static_cast<int64_t>(events.size());
 }
 
 void notePeak(Stats& s) {
   s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
+}
+
+void notePeak(Registry& reg) {
+  notePeak(reg.stats);
+  reg.unshardedEverPeak = std::max(reg.unshardedEverPeak, reg.stats.unsharded_bytes);
 }
 
 // ---- classify -------------------------------------------------------------------------------
@@ -379,7 +391,7 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group
   reg.stats.all_gathers += 1;
   reg.stats.bytes_gathered += f->bytes;
   reg.stats.unsharded_bytes += f->bytes;
-  notePeak(reg.stats);
+  notePeak(reg);
   return f;
 }
 
@@ -605,6 +617,11 @@ void detail::noteUnshardedGradBytes(int64_t delta) {
   Stats& s = detail::registry().stats;
   s.unsharded_grad_bytes += delta;
   s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+}
+
+std::pair<int64_t, int64_t> detail::unshardedBytesNowAndEverPeak() {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  return {detail::registry().stats.unsharded_bytes, detail::registry().unshardedEverPeak};
 }
 
 void detail::countGradReduction() {

@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -35,6 +36,12 @@ void countAgreement();
 /// and one gradient summed over the ranks.
 void noteUnshardedGradBytes(int64_t delta);
 void countGradReduction();
+/// After a backward that raised (training.cpp): lets go of what it gathered, waits for the
+/// gathers it started ahead, and gives the parameters back the .grad they had. A no-op otherwise.
+void finishAbandonedBackward();
+/// The bytes unsharded now, and the most ever unsharded at once in this process (no
+/// reset_stats touches it; the same on every rank running the same program).
+std::pair<int64_t, int64_t> unshardedBytesNowAndEverPeak();
 
 }  // namespace detail
 }  // namespace runtime

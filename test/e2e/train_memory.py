@@ -9,7 +9,11 @@
 #   parameter's gradient comes last, plus one block); full gradients of one block at a time,
 #   beside those of the root that came before its last (peak_unsharded_grad_bytes between a
 #   block's bytes and the budget); one reduction per unit (3: FSDP2's reduce-scatter per unit);
-# - after backward: nothing unsharded, no buffer alive, nothing of the gradients either.
+# - after backward: nothing unsharded, no buffer alive, nothing of the gradients either; one
+#   reshard per all-gather (a unit's parameters are let go one by one, still one reshard).
+# Backward prefetch (the next unit's gather started while the current one's backward runs):
+# without a budget at least one, with backward's peak no higher than forward's; under the budget
+# only where it fits (the peak check above).
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
@@ -61,6 +65,20 @@ def main():
                    "--max-unsharded-bytes=%d" % budget, "-o", ranks)
     if not t.check(r.returncode == 0, "fsdp-opt under a budget of root + one block (%d bytes)" % budget, r.describe()):
         return t.finish("")
+    free = os.path.join(out_dir, "w2-free")
+    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "-o", free)
+    t.check(r.returncode == 0, "fsdp-opt without a budget", r.describe())
+    unbounded = h.run_ranks(2, rank_main, {"dir": free}, timeout=120)
+    if t.check(all(x.ok for x in unbounded), "without a budget: both ranks train two steps", h.describe_ranks(unbounded)):
+        for res in unbounded:
+            for step, s in enumerate(res.value):
+                f, b = s["forward"], s["backward"]
+                label = "no budget, rank %d step %d" % (res.rank, step)
+                t.check(b["in_flight_peak"] >= 1 and b["peak_unsharded_bytes"] <= f["peak_unsharded_bytes"],
+                        "%s: backward prefetches (%d in flight at most), its peak %d <= forward's %d"
+                        % (label, b["in_flight_peak"], b["peak_unsharded_bytes"], f["peak_unsharded_bytes"]))
+                t.check(b["reshards"] == b["all_gathers"], "%s: %d reshards for %d all-gathers"
+                        % (label, b["reshards"], b["all_gathers"]))
     results = h.run_ranks(2, rank_main, {"dir": ranks}, timeout=120)
     if not t.check(all(x.ok for x in results), "both ranks train two steps", h.describe_ranks(results)):
         return t.finish("")
@@ -75,6 +93,8 @@ def main():
                     % (label, f["peak_unsharded_bytes"], budget))
             t.check(0 < b["peak_unsharded_bytes"] <= budget, "%s: backward peak %d <= budget %d"
                     % (label, b["peak_unsharded_bytes"], budget))
+            t.check(b["reshards"] == b["all_gathers"], "%s: %d reshards for %d all-gathers"
+                    % (label, b["reshards"], b["all_gathers"]))
             t.check(block <= b["peak_unsharded_grad_bytes"] <= budget,
                     "%s: full gradients of one block at a time (peak %d bytes, a block %d, the budget %d)"
                     % (label, b["peak_unsharded_grad_bytes"], block, budget))
