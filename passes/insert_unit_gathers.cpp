@@ -110,7 +110,8 @@ bool insertUnitGathers(PassContext& context) {
         {
           torch::jit::WithInsertPoint after(call->next());
           insertReshard(*graph, gather);
-          insertBackwardHook(*graph, gather, call->outputs(), call->inputs().slice(1));
+          insertBackwardHook(*graph, gather, call->outputs(), call->inputs().slice(1),
+                             context.options().maxUnshardedBytes);
         }
         ++rewritten;
         auto relative = pathFromSelf(call->input(0), graph->inputs().at(0));

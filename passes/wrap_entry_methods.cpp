@@ -123,7 +123,7 @@ bool wrapEntryMethods(PassContext& context) {
         GatherOp gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
         torch::jit::WithInsertPoint atEnd(body->return_node());
         insertReshard(*graph, gather);
-        insertBackwardHook(*graph, gather, graph->outputs(), graph->inputs().slice(1));
+        insertBackwardHook(*graph, gather, graph->outputs(), graph->inputs().slice(1), context.options().maxUnshardedBytes);
         context.diagnostics().remark(
             kPassName, "entry method " + function->name() + " wrapped in the root unit's gather/reshard" +
                            (registered ? "" : " (not a forward method, but reads parameter '" + reader->second +

@@ -296,6 +296,7 @@ struct UnitCall {
   std::vector<int64_t> fullRows;
   std::string unit;
   int64_t bytes = 0;        // the unit's full bytes (aliases once)
+  int64_t budget = -1;      // --max-unsharded-bytes of the program (-1: none)
   size_t index = 0;         // in TrainingState::calls
   bool gathered = false;    // backward reached the call's outputs and gathered the unit
   bool inputsDone = false;  // backward went past the call's inputs
@@ -385,17 +386,16 @@ void waitPrefetchesOfLocked(const std::string& unit) {
 }
 
 // Starts the gather of the call before `call` in forward order, the one backward reaches next
-// (FSDP2's backward prefetch), when it fits: with what is unsharded now, no more than the most
-// this process ever had unsharded at once, which the schedules kept within
-// --max-unsharded-bytes. That peak is the same on every rank of one program, so every rank
-// decides alike and issues the same collectives in the same order.
+// (FSDP2's backward prefetch), when it fits: with what is unsharded now, within the program's
+// --max-unsharded-bytes (a constant of its IR; always, without one). The bytes unsharded now are
+// a function of the program too, so every rank decides alike and issues the same collectives in
+// the same order.
 void prefetchBeforeLocked(const UnitCall& call) {
   for (size_t j = call.index; j-- > 0;) {
     std::shared_ptr<UnitCall> c = j < state().calls.size() ? state().calls[j].lock() : nullptr;
     if (!c) continue;
     if (c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
-    const auto [now, everPeak] = unshardedBytesNowAndEverPeak();
-    if (now + c->bytes > everPeak) return;
+    if (call.budget >= 0 && unshardedBytesNow() + c->bytes > call.budget) return;
     try {
       c->prefetch = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
     } catch (const std::exception& e) {
@@ -467,7 +467,7 @@ void tensorsRequiringGrad(const c10::IValue& value, std::vector<at::Tensor>& out
 }
 
 void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
-                    c10::IValue outputs, c10::IValue inputs) {
+                    c10::IValue outputs, c10::IValue inputs, int64_t maxUnshardedBytes) {
   if (!at::GradMode::is_enabled()) return;
   {
     // A backward that raised never ran its callback: its holds are still there when the next
@@ -481,6 +481,7 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   call->params = std::move(params);
   call->fullRows = std::move(fullRows);
   call->unit = std::move(unit);
+  call->budget = maxUnshardedBytes;
   {
     std::unordered_set<const c10::TensorImpl*> seen;
     for (size_t i = 0; i < call->params.size(); ++i) {
@@ -576,7 +577,8 @@ void finishAbandonedBackward() {
 
 TORCH_LIBRARY_FRAGMENT(fsdp, m) {
   constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
-  m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs) -> ()",
+  m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs, "
+                      "int max_unsharded_bytes) -> ()",
                       kConservative),
         fsdp_opt::runtime::detail::backwardHookOp);
   m.def(torch::schema("replicated_params(Tensor[] params) -> ()", kConservative),

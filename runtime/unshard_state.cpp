@@ -107,10 +107,6 @@ struct Registry {
   std::unordered_map<const c10::TensorImpl*, int64_t> inFlightByImpl;
   std::map<ShardKey, int64_t> inFlightByShard;
   std::unordered_map<const c10::TensorImpl*, KeptStorage> kept;  // by the group's first parameter
-  // The most bytes ever unsharded at once in this process (reset_stats does not touch it): what
-  // the program's schedules needed, so within --max-unsharded-bytes; and the same on every
-  // rank running the same program, which backward prefetching relies on (training.cpp).
-  int64_t unshardedEverPeak = 0;
 };
 
 std::mutex& registryMutex() {
@@ -249,10 +245,7 @@ void notePeak(Stats& s) {
   s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
 }
 
-void notePeak(Registry& reg) {
-  notePeak(reg.stats);
-  reg.unshardedEverPeak = std::max(reg.unshardedEverPeak, reg.stats.unsharded_bytes);
-}
+
 
 // ---- classify -------------------------------------------------------------------------------
 
@@ -391,7 +384,7 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group
   reg.stats.all_gathers += 1;
   reg.stats.bytes_gathered += f->bytes;
   reg.stats.unsharded_bytes += f->bytes;
-  notePeak(reg);
+  notePeak(reg.stats);
   return f;
 }
 
@@ -619,9 +612,9 @@ void detail::noteUnshardedGradBytes(int64_t delta) {
   s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
 }
 
-std::pair<int64_t, int64_t> detail::unshardedBytesNowAndEverPeak() {
+int64_t detail::unshardedBytesNow() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
-  return {detail::registry().stats.unsharded_bytes, detail::registry().unshardedEverPeak};
+  return detail::registry().stats.unsharded_bytes;
 }
 
 void detail::countGradReduction() {

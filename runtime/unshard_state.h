@@ -39,9 +39,8 @@ void countGradReduction();
 /// After a backward that raised (training.cpp): lets go of what it gathered, waits for the
 /// gathers it started ahead, and gives the parameters back the .grad they had. A no-op otherwise.
 void finishAbandonedBackward();
-/// The bytes unsharded now, and the most ever unsharded at once in this process (no
-/// reset_stats touches it; the same on every rank running the same program).
-std::pair<int64_t, int64_t> unshardedBytesNowAndEverPeak();
+/// The bytes unsharded now (stats' unsharded_bytes, which reset_stats keeps).
+int64_t unshardedBytesNow();
 
 }  // namespace detail
 }  // namespace runtime

@@ -18,10 +18,18 @@
 # CHECK-NEXT:  = fsdp::replicated_params(%[[REPLICATED]])
 # CHECK:       = fsdp::reshard(%[[FULL]], %[[PATH]])
 # CHECK-NEXT:  %[[IN:.*]] : (Tensor) = prim::TupleConstruct(%x.1)
-# CHECK-NEXT:  = fsdp::backward_hook(%[[LIST]], %[[ROWS]], %[[PATH]], %[[OUT:.*]], %[[IN]])
+# CHECK-NEXT:  = fsdp::backward_hook(%[[LIST]], %[[ROWS]], %[[PATH]], %[[OUT:.*]], %[[IN]], %[[NOBUDGET:.*]])
 # CHECK-NEXT:  return (%[[OUT]])
 #
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --print-ir --method=forward | FileCheck %s --check-prefix=W1
 # W1-LABEL: // . : __torch__.ZeroDimParam :: forward
+# W1:       %[[NB:.*]] : int = prim::Constant[value=-1]()
 # W1-NOT:   fsdp::replicated_params
-# W1:       fsdp::backward_hook(
+# W1:       fsdp::backward_hook({{.*}}, %[[NB]])
+#
+# The hook's last operand is the budget backward prefetching keeps (-1 above: none).
+# RUN: fsdp-opt %t.pt --fsdp-unit=. --world-size=2 --max-unsharded-bytes=1MiB --print-ir --method=forward \
+# RUN:   | FileCheck %s --check-prefix=BUDGET
+# BUDGET-LABEL: // . : __torch__.ZeroDimParam :: forward
+# BUDGET:       %[[B:.*]] : int = prim::Constant[value=1048576]()
+# BUDGET:       fsdp::backward_hook({{.*}}, %[[B]])

@@ -9,6 +9,8 @@
 # CHECK-LABEL: // . : __torch__.Model :: forward
 # CHECK-NEXT:  graph(%self.1 : __torch__.Model,
 # CHECK-NEXT:        %x.1 : Tensor):
+# The budget of backward prefetch that the body unit's backward hook takes (-1: none).
+# CHECK-NEXT:    %{{.*}} : int = prim::Constant[value=-1]()
 # CHECK-NEXT:    %[[RANK:.*]] : int = prim::GetAttr[name="_fsdp_rank"](%self.1)
 # CHECK-NEXT:    %[[WORLD:.*]] : int = prim::GetAttr[name="_fsdp_world_size"](%self.1)
 # CHECK-NEXT:    %[[SHA:.*]] : str = prim::GetAttr[name="_fsdp_manifest_sha256"](%self.1)

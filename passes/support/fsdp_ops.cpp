@@ -147,11 +147,17 @@ torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather
 }
 
 void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
-                        at::ArrayRef<torch::jit::Value*> inputs) {
+                        at::ArrayRef<torch::jit::Value*> inputs, std::optional<int64_t> maxUnshardedBytes) {
   if (outputs.empty()) return;
   torch::jit::Value* out = outputs.size() == 1 ? outputs[0] : graph.insertNode(graph.createTuple(outputs))->output();
   torch::jit::Value* in = graph.insertNode(graph.createTuple(inputs))->output();
-  graph.insertNode(graph.create(ops::backwardHook(), {gather.paramList(), gather.fullRows(), gather.unitName(), out, in}, 0));
+  // At the top of the graph, where it dominates every block, out of the way of the call site.
+  torch::jit::Value* budget = [&] {
+    torch::jit::WithInsertPoint top(graph.block()->nodes().front());
+    return graph.insertConstant(c10::IValue(maxUnshardedBytes.value_or(-1)));
+  }();
+  graph.insertNode(
+      graph.create(ops::backwardHook(), {gather.paramList(), gather.fullRows(), gather.unitName(), out, in, budget}, 0));
 }
 
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second) {

@@ -96,9 +96,10 @@ GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModul
 torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather);
 // What training needs after a call of the unit `gather` unshards (docs/design.md "Training"):
 // fsdp::backward_hook on the call's outputs and inputs, with the gather's parameters, rows and
-// name. Nothing when the call returns nothing.
+// name, and the budget backward prefetching must keep (-1: none). Nothing when the call returns
+// nothing.
 void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
-                        at::ArrayRef<torch::jit::Value*> inputs);
+                        at::ArrayRef<torch::jit::Value*> inputs, std::optional<int64_t> maxUnshardedBytes);
 // One all_gather of both gathers' parameters (named "a, b"), where `second` was, and one reshard
 // where the later of theirs was; both originals are removed. Their dtypes must agree.
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second);
