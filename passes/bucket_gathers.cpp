@@ -27,11 +27,12 @@ namespace {
 
 constexpr const char* kPassName = "bucket-gathers";
 
-// The next fsdp op after `node` in its block, if only operand reads stand between them.
+// The next fsdp op after `node` in its block, if only operand reads (and backward hooks, which
+// compute nothing in forward) stand between them.
 torch::jit::Node* nextAdjacent(torch::jit::Node* node, c10::Symbol kind) {
   for (torch::jit::Node* next = node->next(); next != node->owningBlock()->return_node(); next = next->next()) {
     if (next->kind() == kind) return next;
-    if (!isOperandRead(next)) return nullptr;
+    if (!isOperandRead(next) && !isBackwardHookPart(next)) return nullptr;
   }
   return nullptr;
 }

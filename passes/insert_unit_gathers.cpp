@@ -5,7 +5,8 @@
 // unrolled ModuleList/Sequential calls), inserts in the CALLER's graph:
 //   - before the call: prim::GetAttr chains to every parameter of the unit's group, a list, and
 //     ONE fsdp::all_gather (one collective per unit);
-//   - right after the call: the matching fsdp::reshard.
+//   - right after the call: the matching fsdp::reshard, then fsdp::backward_hook on the call's
+//     outputs and inputs (what a backward through the call needs; nothing without grad mode).
 // A call on `self` from a forward method of the same unit is left alone: the unit is already
 // unsharded there, so `generate` calling `self.forward` gathers once, not twice.
 // Assumes: specialize-unit-types ran (unit-ness is a function of the class type); otherwise a
@@ -17,6 +18,7 @@
 //           %full : Tensor[] = fsdp::all_gather(%params, %rows, %unit_path)
 //           %y = prim::CallMethod[name="forward"](%block, %x)
 //           fsdp::reshard(%full, %unit_path)
+//           fsdp::backward_hook(%params, %rows, %unit_path, %y, (%x))
 #include <fsdp_opt/passes.h>
 #include <fsdp_opt/pattern.h>
 
@@ -108,6 +110,8 @@ bool insertUnitGathers(PassContext& context) {
         {
           torch::jit::WithInsertPoint after(call->next());
           insertReshard(*graph, gather);
+          insertBackwardHook(*graph, gather, call->outputs(), call->inputs().slice(1),
+                             context.options().maxUnshardedBytes);
         }
         ++rewritten;
         auto relative = pathFromSelf(call->input(0), graph->inputs().at(0));

@@ -3,7 +3,9 @@
 // Every method of the root is an entry method (Python or C++ may call it). Each gets, first,
 // fsdp::check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256), which
 // initialises the process group and rejects a rank file loaded on the wrong rank or mixed with
-// another run's files before the first collective. When the root itself is a unit, the body is
+// another run's files before the first collective; then, above world size 1, when some
+// parameters are replicated (0-dim, or in no unit's group), fsdp::replicated_params on them, so
+// that training averages their gradients over the ranks. When the root itself is a unit, the body is
 // wrapped in the root unit's gather and reshard, since no caller graph exists to hold them, in
 // every method that needs it: its registered forward methods, and every other method that reads
 // a parameter of the root's group where no gather covers it (timm's `forward_features`,
@@ -30,6 +32,7 @@
 #include <fsdp_opt/pattern.h>
 
 #include <map>
+#include <set>
 
 namespace fsdp_opt {
 namespace {
@@ -59,6 +62,22 @@ std::map<std::string, std::string> methodsReadingShardedRoot(const torch::jit::M
   return firstRead;
 }
 
+// The parameters every rank holds whole (0-dim, or in no unit's group), one slot path each:
+// training averages their gradients over the ranks (fsdp::replicated_params).
+std::vector<std::string> replicatedParameters(const torch::jit::Module& root, const FsdpPlan& plan) {
+  std::vector<std::string> paths;
+  std::set<const c10::TensorImpl*> seen;
+  ModuleIndex index(root);
+  for (const auto& [owner, module] : index.modules()) {
+    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+      if (!item.value.defined() || !seen.insert(item.value.unsafeGetTensorImpl()).second) continue;
+      std::string path = joinPath(owner, item.name);
+      if (!plan.unitOfParam(path)) paths.push_back(path);
+    }
+  }
+  return paths;
+}
+
 }  // namespace
 
 bool wrapEntryMethods(PassContext& context) {
@@ -68,6 +87,8 @@ bool wrapEntryMethods(PassContext& context) {
   addRankAttributes(root);
   addUnitPathAttributes(root, *plan);
   const Unit* rootUnit = plan->unitAt("");
+  std::vector<std::string> replicated = context.options().worldSize > 1 ? replicatedParameters(root, *plan)
+                                                                        : std::vector<std::string>();
   // Decided for all methods before any is wrapped: the analysis sees the program as called.
   std::map<std::string, std::string> readers;
   if (rootUnit) readers = methodsReadingShardedRoot(root, *plan, *rootUnit);
@@ -85,6 +106,16 @@ bool wrapEntryMethods(PassContext& context) {
       auto* world = graph->insertGetAttr(self, kWorldSizeAttr);
       auto* sha = graph->insertGetAttr(self, kManifestHashAttr);
       auto* check = graph->insertNode(graph->create(ops::checkRank(), {rank, world, sha}, 0));
+      if (!replicated.empty()) {
+        std::vector<torch::jit::Value*> reads;
+        for (const auto& path : replicated) {
+          torch::jit::Value* read = insertGetAttrChain(*graph, self, path);
+          if (!read->type()->isSubtypeOf(*c10::TensorType::get())) read = graph->insertUncheckedCast(read, c10::TensorType::get());
+          reads.push_back(read);
+        }
+        auto* list = graph->insertNode(graph->createList(c10::TensorType::get(), reads))->output();
+        graph->insertNode(graph->create(ops::replicatedParams(), {list}, 0));
+      }
       auto reader = readers.find(function->name());
       bool registered = rootUnit && rootUnit->hasForwardMethod(function->name());
       if (registered || reader != readers.end()) {
@@ -92,6 +123,7 @@ bool wrapEntryMethods(PassContext& context) {
         GatherOp gather = insertUnitGather(*graph, self, *rootUnit, context.options().paramDtype);
         torch::jit::WithInsertPoint atEnd(body->return_node());
         insertReshard(*graph, gather);
+        insertBackwardHook(*graph, gather, graph->outputs(), graph->inputs().slice(1), context.options().maxUnshardedBytes);
         context.diagnostics().remark(
             kPassName, "entry method " + function->name() + " wrapped in the root unit's gather/reshard" +
                            (registered ? "" : " (not a forward method, but reads parameter '" + reader->second +

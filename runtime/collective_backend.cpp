@@ -39,6 +39,10 @@ std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesGroupedAsync
   unsupported("grouped all-gathers");
 }
 
+std::unique_ptr<PendingCollective> CollectiveBackend::allToAllBytesAsync(const at::Tensor&, const at::Tensor&) {
+  unsupported("all-to-all");
+}
+
 void CollectiveBackend::checkTensorDevice(const c10::Device&, const std::string&) const {}
 
 }  // namespace runtime

@@ -65,6 +65,15 @@ class CollectiveBackend {
   virtual std::unique_ptr<PendingCollective> allGatherBytesGroupedAsync(
       const std::vector<at::Tensor>& inputs, const std::vector<at::Tensor>& outputs);
 
+  /// Starts an all-to-all of equal byte chunks: `input` and `output` are contiguous uint8 of
+  /// size() * n bytes (the same n on every rank); chunk p of `input` goes to rank p, and chunk
+  /// p of `output` receives rank p's chunk rank(). How backward reduces gradients
+  /// (training.cpp): each rank receives every rank's rows of its own shard and sums them in rank
+  /// order, which one process can reproduce, unlike a backend's all-reduce. Both tensors must
+  /// stay alive until wait() returns.
+  virtual std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input,
+                                                                const at::Tensor& output);
+
   /// Throws, naming `context`, when this backend cannot serve tensors on `device` (NCCL: one
   /// device per rank). Called for every gather before anything is issued.
   virtual void checkTensorDevice(const c10::Device& device, const std::string& context) const;

@@ -164,6 +164,24 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
+  std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input, const at::Tensor& output) override {
+    for (const at::Tensor* t : {&input, &output}) {
+      if (!t->device().is_cpu()) unsupported("tensors on " + t->device().str() + " (it handles CPU tensors only)");
+    }
+    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
+                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
+               ErrorKind::kInternal, "backend gloo: all-to-all of ", input.numel(), " and ", output.numel(),
+               " bytes over ", size_, " ranks");
+    c10d::AllToAllOptions opts;
+    opts.timeout = options().timeout;
+    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
+    std::vector<int64_t> equalSplits;  // empty: equal chunks
+    at::Tensor out = output;
+    at::Tensor in = input;
+    pending->add(pg_->alltoall_base(out, in, equalSplits, equalSplits, opts));
+    return pending;
+  }
+
  private:
   int rank_;
   int size_;

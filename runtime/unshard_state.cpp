@@ -1,8 +1,8 @@
 // The unshard engine: in-place storage swap (docs/design.md, docs/runtime.md).
 //
 // fsdp::all_gather swaps the storage of the very parameter tensors a module holds to freshly
-// gathered full storage (Tensor::set_ under NoGradGuard: parameters require grad); reshard swaps
-// the saved shard storage back. The registry is keyed by TensorImpl, so every alias of a
+// gathered full storage (Tensor::set_data, which autograd does not see as a change: parameters
+// require grad); reshard swaps the saved shard storage back. The registry is keyed by TensorImpl, so every alias of a
 // parameter (tied weights are one TensorImpl in a loaded module) and every nested gather of the
 // same unit finds the same entry.
 //
@@ -61,6 +61,20 @@ struct Group {
   std::string unit;
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
   std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (data_path.h)
+  // The parameter's full storage kept across gathers (below), emptied when the group goes.
+  c10::intrusive_ptr<c10::StorageImpl> keptStorage;
+};
+
+// A parameter's full storage object, kept from one gather to the next once it was gathered with
+// grad mode on. Autograd saves views of full parameters (Linear saves weight.t()), which hold
+// the storage object they were made from; reshard empties that object (its bytes go back to the
+// allocator or the pool) and the next gather of the parameter, the one backward does, refills
+// the SAME object, so the saved views read the full values again: FSDP2's scheme of one
+// unsharded tensor per parameter whose storage is freed and reallocated. Without it, a forward
+// in grad mode would keep every unit's full parameters alive until backward.
+struct KeptStorage {
+  c10::weak_intrusive_ptr<c10::TensorImpl> owner;  // the parameter, to tell a reused address
+  c10::intrusive_ptr<c10::StorageImpl> storage;
 };
 
 // One issued unshard whose groups are not swapped in yet.
@@ -92,6 +106,7 @@ struct Registry {
   // Parameters of started, not yet waited unshards -> their handle.
   std::unordered_map<const c10::TensorImpl*, int64_t> inFlightByImpl;
   std::map<ShardKey, int64_t> inFlightByShard;
+  std::unordered_map<const c10::TensorImpl*, KeptStorage> kept;  // by the group's first parameter
 };
 
 std::mutex& registryMutex() {
@@ -120,12 +135,16 @@ at::ScalarType gatheredDtype(at::ScalarType shardDtype, std::optional<at::Scalar
   return paramDtype && at::isFloatingType(shardDtype) ? *paramDtype : shardDtype;
 }
 
-// Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes and strides, and
-// dtype. Tensor::set_ refuses to change the dtype, which mixed precision needs, so a dtype change
-// goes through the TensorImpl directly (the same fields set_ writes, plus the dtype).
+// Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes, strides and dtype,
+// keeping `dst`'s version counter: autograd saves a parameter by its TensorImpl and checks that
+// version when backward unpacks it, and a training step reshards a unit after its forward and
+// gathers it again before its backward (training.cpp): the same values, so no version must
+// change. set_data keeps the counter; a dtype change (mixed precision) goes through the
+// TensorImpl directly, and bumps it, since a parameter cast for compute is no longer the
+// tensor autograd saved.
 void pointAt(const at::Tensor& dst, const at::Tensor& src) {
   if (dst.scalar_type() == src.scalar_type()) {
-    dst.set_(src);
+    dst.set_data(src);
     return;
   }
   c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
@@ -152,6 +171,45 @@ void swapBackToShards(Group& g) {
   at::NoGradGuard noGrad;
   for (size_t i = 0; i < g.params.size(); ++i) pointAt(g.params[i], g.shards[i]);
   g.swapped = false;
+  if (g.keptStorage) {
+    g.keptStorage->set_data_ptr_noswap(at::DataPtr(nullptr, g.keptStorage->device()));
+    g.keptStorage->set_nbytes(0);
+    g.keptStorage.reset();
+  }
+}
+
+// What `g` is swapped to: `full` itself, or, when the parameter keeps its full storage (see
+// KeptStorage), a tensor over that storage holding `full`'s bytes. The storage is kept from a
+// gather in grad mode on, and only when `full` owns its storage alone (the Gloo path's
+// per-parameter buffers; a slice of a bigger buffer cannot be handed over).
+at::Tensor fullOverKeptStorage(Registry& reg, Group& g, const at::Tensor& full) {
+  const at::Tensor& owner = g.params.front();
+  c10::StorageImpl* fullStorage = full.storage().unsafeGetStorageImpl();
+  const bool alone = full.storage_offset() == 0 && fullStorage->nbytes() == full.nbytes() &&
+                     full.storage().use_count() == 1;
+  auto it = reg.kept.find(owner.unsafeGetTensorImpl());
+  if (it != reg.kept.end() && it->second.owner.lock().get() != owner.unsafeGetTensorImpl()) {
+    reg.kept.erase(it);  // another tensor at a dead parameter's address
+    it = reg.kept.end();
+  }
+  if (!alone) return full;
+  if (it != reg.kept.end() && it->second.storage->nbytes() == 0) {
+    c10::StorageImpl* kept = it->second.storage.get();
+    kept->set_data_ptr_noswap(fullStorage->set_data_ptr(at::DataPtr(nullptr, full.device())));
+    kept->set_nbytes(full.nbytes());
+    fullStorage->set_nbytes(0);
+    at::Tensor over = at::empty({0}, full.options());
+    over.set_(c10::Storage(it->second.storage), 0, full.sizes(), full.strides());
+    g.keptStorage = it->second.storage;
+    return over;
+  }
+  if (at::GradMode::is_enabled()) {
+    KeptStorage k{c10::weak_intrusive_ptr<c10::TensorImpl>(owner.getIntrusivePtr()),
+                  c10::intrusive_ptr<c10::StorageImpl>::reclaim_copy(fullStorage)};
+    g.keptStorage = k.storage;
+    reg.kept.insert_or_assign(owner.unsafeGetTensorImpl(), std::move(k));
+  }
+  return full;
 }
 
 // Adds an alias TensorImpl to an already gathered group: it takes the group's full storage.
@@ -177,12 +235,17 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<Group>>& gro
     g->refcount = 0;
     events.insert(g->gatherId);
   }
+  // An unshard is undone when the last of its groups goes: backward lets a unit's parameters
+  // go one by one (training.cpp), and that is still one reshard of one all-gather.
+  for (const auto& entry : reg.byShard) events.erase(entry.second->gatherId);
   reg.stats.reshards += static_cast<int64_t>(events.size());
 }
 
 void notePeak(Stats& s) {
   s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
 }
+
+
 
 // ---- classify -------------------------------------------------------------------------------
 
@@ -340,7 +403,7 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
     for (size_t gi = 0; gi < f.groups.size(); ++gi) {
       Group& g = *f.groups[gi];
       if (fulls[gi].defined()) {
-        swapTo(g, fulls[gi]);
+        swapTo(g, fullOverKeptStorage(reg, g, fulls[gi]));
         g.swapped = true;
       }
       ++swappedGroups;
@@ -542,12 +605,30 @@ void detail::countAgreement() {
   detail::registry().stats.agreements += 1;
 }
 
+void detail::noteUnshardedGradBytes(int64_t delta) {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  Stats& s = detail::registry().stats;
+  s.unsharded_grad_bytes += delta;
+  s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+}
+
+int64_t detail::unshardedBytesNow() {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  return detail::registry().stats.unsharded_bytes;
+}
+
+void detail::countGradReduction() {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  detail::registry().stats.grad_reductions += 1;
+}
+
 Stats stats() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   Stats s = detail::registry().stats;
   const detail::HostBufferPoolStats pool = detail::hostBufferPoolStats();
   s.host_buffer_cached_bytes = pool.cachedBytes;
   s.host_buffer_cache_limit = pool.peakLiveBytes;
+  s.host_buffer_live_bytes = pool.liveBytes;
   return s;
 }
 
@@ -556,11 +637,14 @@ void resetStats() {
   Stats& s = detail::registry().stats;
   const int64_t now = s.unsharded_bytes;
   const int64_t inFlight = s.in_flight;
+  const int64_t grads = s.unsharded_grad_bytes;
   s = Stats();
   s.unsharded_bytes = now;
   s.peak_unsharded_bytes = now;
   s.in_flight = inFlight;
   s.in_flight_peak = inFlight;
+  s.unsharded_grad_bytes = grads;
+  s.peak_unsharded_grad_bytes = grads;
 }
 
 std::vector<std::pair<std::string, int64_t>> Stats::items() const {
@@ -576,8 +660,12 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"in_flight", in_flight},
           {"in_flight_peak", in_flight_peak},
           {"agreements", agreements},
+          {"grad_reductions", grad_reductions},
+          {"unsharded_grad_bytes", unsharded_grad_bytes},
+          {"peak_unsharded_grad_bytes", peak_unsharded_grad_bytes},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
-          {"host_buffer_cache_limit", host_buffer_cache_limit}};
+          {"host_buffer_cache_limit", host_buffer_cache_limit},
+          {"host_buffer_live_bytes", host_buffer_live_bytes}};
 }
 
 }  // namespace runtime

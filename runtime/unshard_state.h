@@ -6,6 +6,7 @@
 
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <ATen/core/Tensor.h>
@@ -31,6 +32,15 @@ std::vector<at::Tensor> allGatherWait(int64_t handle);
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
 /// Counts one fsdp::rank_any in the stats (agreement.cpp does the exchange).
 void countAgreement();
+/// Training (training.cpp): full gradients alive (+bytes when one arrives, -bytes once reduced),
+/// and one gradient summed over the ranks.
+void noteUnshardedGradBytes(int64_t delta);
+void countGradReduction();
+/// After a backward that raised (training.cpp): lets go of what it gathered, waits for the
+/// gathers it started ahead, and gives the parameters back the .grad they had. A no-op otherwise.
+void finishAbandonedBackward();
+/// The bytes unsharded now (stats' unsharded_bytes, which reset_stats keeps).
+int64_t unshardedBytesNow();
 
 }  // namespace detail
 }  // namespace runtime

@@ -9,13 +9,18 @@
 # configuration's tokens equal the original model's on each rank, both ranks issue the same
 # collectives (1 + 4 x 4 = 17 gathers with one unit unsharded at a time, fsdp-opt's and FSDP2's
 # alike), and fsdp-opt's rank-uniform loop agrees 1 + 4 times per call (once before the loop,
-# once per step that any rank runs), as HF's flag all-reduce does. Timings in --quick mode mean
-# nothing and are not checked.
+# once per step that any rank runs), as HF's flag all-reduce does; train_step.py trains the GPT
+# for 2 steps (forward, backward, AdamW) under fsdp-opt (no budget, and root + 1 block), FSDP2
+# (reshard_after_forward True and False) and FSDP1 on the same batches: every configuration's
+# gathered parameters match FSDP2's (reshard=True), ours issue 5 + 5 all-gathers and one gradient
+# all-to-all per unit (5), and the budgeted one keeps at most root + 1 block unsharded. Timings in
+# --quick mode mean nothing and are not checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
 # RUN: %python %S/../bench/pass_scaling.py --quick --work %t.pass | FileCheck %s --check-prefix=PASS
 # RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
+# RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -52,3 +57,19 @@
 # DIV: bitwise: every configuration's tokens equal (a)'s on every rank
 # DIV-NEXT: ours: 5/5 agreements per call on each rank, 1 + 4 decoding steps
 # DIV-NOT: FAILED
+#
+# Columns after the label: ms/step, / FSDP2 (T), CPU ms, fwd / bwd / opt, then peak unsharded
+# params and grads, all-gathers, grad reductions, collectives per step, max |diff| vs FSDP2 (T).
+# TRAIN: model: GPT n_layer=4 n_embd=32 {{.*}} 52 tensors (root unit 10.62 KiB, one block 49.62 KiB)
+# TRAIN: | configuration
+# TRAIN-NEXT: |---
+# TRAIN-NEXT: | (limit) original, unsharded, no communication {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| - {{ *}}| - {{ *}}| 0 {{ *}}| 0 {{ *}}| 0 {{ *}}| - {{ *}}|
+# TRAIN-NEXT: | ours: fsdp-opt default pipeline, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| 10 {{ *}}| 5 {{ *}}| 15 {{ *}}| {{[0-9.e+-]+}} {{ *}}|
+# TRAIN-NEXT: | ours: fsdp-opt, budget = root + 1 block {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 60.25 KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| 10 {{ *}}| 5 {{ *}}| 15 {{ *}}| {{[0-9.e+-]+}} {{ *}}|
+# TRAIN-NEXT: | FSDP2, reshard_after_forward=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| 0 {{ *}}|
+# TRAIN-NEXT: | FSDP2, reshard_after_forward=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 209.12 KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9.e+-]+}} {{ *}}|
+# TRAIN-NEXT: | FSDP1, FULL_SHARD {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9.e+-]+}} {{ *}}|
+# TRAIN: target ours_b peak unsharded <= FSDP2 reshard=True {{ *}}bytes MET
+# TRAIN: correctness: parameters match FSDP2 reshard_after_forward=True's within 0.0001 after 2 steps: ours {{[^,]+}}, ours_b {{[^,]+}}, d_rf {{[^,]+}}, e {{.+}}
+# TRAIN-NEXT: ours with and without budget: parameters bitwise equal
+# TRAIN-NEXT: collectives alone (torch.distributed gloo, {{.*}}): 52 all-to-alls, one per parameter: {{.*}}; 5 all-to-alls, one per unit: {{.*}}; 5 reduce-scatters, one per unit: {{.*}}; 5 all-gathers, one per unit:

@@ -42,7 +42,13 @@
 # MIN-NEXT: %[[ALL:.*]] : Tensor[] = fsdp::all_gather(%{{.*}}, %{{.*}}, %[[NAMES]])
 # MIN-NOT:  fsdp::
 # MIN:      prim::CallMethod[name="forward"](%block
+# The block call's backward hook, then the merged reshard where the later one (the root's)
+# was, and the root's hook (backward hooks stand between reshards without separating them).
+# MIN-NEXT: prim::TupleConstruct
+# MIN-NEXT: fsdp::backward_hook(
 # MIN-NEXT: = fsdp::reshard(%[[ALL]], %[[NAMES]])
+# MIN-NEXT: prim::TupleConstruct
+# MIN-NEXT: fsdp::backward_hook(
 # MIN-NEXT: return
 # One byte below the bucket's size: two collectives.
 # RUN: fsdp-opt %t.min.pt --fsdp-unit=. --fsdp-unit=block --bucket-bytes=111 --print-ir --method=forward \

@@ -15,8 +15,10 @@
 # CHECK:       fsdp::check_rank
 # CHECK:       %[[FULL:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK:       prim::Loop
-# CHECK-NOT:   fsdp::
+# CHECK-NOT:   fsdp::{{(all_gather|reshard)}}
 # CHECK:       fsdp::reshard(%[[FULL]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  return
 #
 # RUN: fsdp-opt %t/marked.pt --remarks 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK

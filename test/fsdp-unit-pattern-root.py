@@ -20,6 +20,8 @@
 # CHECK:       prim::CallMethod[name="forward"](%_1
 # CHECK-NOT:   fsdp::
 # CHECK:       = fsdp::reshard(%[[FULL]], %[[PATH]])
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  return
 # Nothing is gathered inside the blocks: they are not units.
 # CHECK-NOT:   fsdp::

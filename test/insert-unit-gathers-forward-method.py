@@ -18,6 +18,8 @@
 # ROOT:       prim::CallMethod[name="forward"](%self.1,
 # ROOT-NOT:   fsdp::
 # ROOT:       fsdp::reshard(%[[G]],
+# ROOT-NEXT:  prim::TupleConstruct
+# ROOT-NEXT:  fsdp::backward_hook(
 # ROOT-NEXT:  return
 #
 # 2. A unit registered with generate, called from its parent: the PARENT's graph gathers
@@ -31,6 +33,8 @@
 # CHILD-NEXT:  %[[G:.*]] : Tensor[] = fsdp::all_gather(
 # CHILD-NEXT:  prim::CallMethod[name="generate"](%lm.1,
 # CHILD-NEXT:  fsdp::reshard(%[[G]],
+# CHILD-NEXT:  prim::TupleConstruct
+# CHILD-NEXT:  fsdp::backward_hook(
 # CHILD-NEXT:  return
 # CHILD-LABEL: // lm : __torch__.fsdp_models.GPT :: generate
 # CHILD-NOT:   fsdp::

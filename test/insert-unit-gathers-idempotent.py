@@ -12,11 +12,15 @@
 # CHECK-COUNT-1: fsdp::all_gather
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%outer.1,
 # CHECK-NEXT:    fsdp::reshard
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NOT:     fsdp::
 # CHECK-LABEL: // outer : __torch__.Outer :: forward
 # CHECK-COUNT-1: fsdp::all_gather
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%inner.1,
 # CHECK-NEXT:    fsdp::reshard
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NOT:     fsdp::
 # CHECK-LABEL: // outer.inner : __torch__.Inner :: forward
 # CHECK-NOT:     fsdp::
@@ -35,4 +39,6 @@
 # LOOP-COUNT-1:  fsdp::all_gather
 # LOOP-NEXT:     prim::CallMethod[name="forward"](%self.1,
 # LOOP-NEXT:     fsdp::reshard
+# LOOP-NEXT:     prim::TupleConstruct
+# LOOP-NEXT:     fsdp::backward_hook(
 # LOOP-NOT:      fsdp::

@@ -14,6 +14,8 @@
 # CHECK:           %[[G1:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:      prim::CallMethod[name="forward"](%unit
 # CHECK-NEXT:      fsdp::reshard(%[[G1]],
+# CHECK-NEXT:      prim::TupleConstruct
+# CHECK-NEXT:      fsdp::backward_hook(
 # CHECK-NEXT:      -> (
 # CHECK-NEXT:    block1():
 # CHECK-NOT:       fsdp::
@@ -26,6 +28,8 @@
 # CHECK:             %[[G2:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:        prim::CallMethod[name="forward"](%unit
 # CHECK-NEXT:        fsdp::reshard(%[[G2]],
+# CHECK-NEXT:        prim::TupleConstruct
+# CHECK-NEXT:        fsdp::backward_hook(
 # CHECK-NOT:   fsdp::
 # CHECK:       return
 #

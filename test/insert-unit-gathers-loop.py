@@ -19,12 +19,16 @@
 # CHECK:         %[[G1:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%step
 # CHECK-NEXT:    fsdp::reshard(%[[G1]],
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NEXT:    -> (
 # CHECK-NOT:   fsdp::
 # CHECK:       prim::Loop(
 # CHECK:         %[[G2:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%step
 # CHECK-NEXT:    fsdp::reshard(%[[G2]],
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NOT:   fsdp::
 # CHECK:       return
 #
@@ -40,6 +44,8 @@
 # GPT:         %[[G:.*]] : Tensor[] = fsdp::all_gather(
 # GPT-NEXT:    %logits.1 : Tensor = prim::CallMethod[name="forward"](%self.1,
 # GPT-NEXT:    fsdp::reshard(%[[G]],
+# GPT-NEXT:    prim::TupleConstruct
+# GPT-NEXT:    fsdp::backward_hook(
 # GPT-NOT:   fsdp::
 # GPT:       return
 # GPT:       gathers per call of generate: 1 (1 inside loops, once per iteration)

@@ -20,6 +20,9 @@
 # CHECK-NEXT:  %[[G0:.*]] : Tensor[] = fsdp::all_gather(%[[L0]], %[[R0]], %[[P0]])
 # CHECK-NEXT:  %[[Y0:.*]] : Tensor = prim::CallMethod[name="forward"](%_0, %x.1)
 # CHECK-NEXT:  = fsdp::reshard(%[[G0]], %[[P0]])
+# The call's backward hook names the same shards, rows and unit, and the call's output.
+# CHECK-NEXT:  %[[IN0:.*]] : (Tensor) = prim::TupleConstruct(%x.1)
+# CHECK-NEXT:  = fsdp::backward_hook(%[[L0]], %[[R0]], %[[P0]], %[[Y0]], %[[IN0]], %{{.*}})
 #
 # CHECK-NEXT:  %[[FC1:.*]] : {{.*}}Linear = prim::GetAttr[name="fc"](%_1)
 # CHECK:       %[[L1:.*]] : Tensor[] = prim::ListConstruct(
@@ -28,6 +31,8 @@
 # CHECK-NEXT:  %[[G1:.*]] : Tensor[] = fsdp::all_gather(%[[L1]], %[[R1]], %[[P1]])
 # CHECK-NEXT:  %[[Y1:.*]] : Tensor = prim::CallMethod[name="forward"](%_1, %[[Y0]])
 # CHECK-NEXT:  = fsdp::reshard(%[[G1]], %[[P1]])
+# CHECK-NEXT:  %[[IN1:.*]] : (Tensor) = prim::TupleConstruct(%[[Y0]])
+# CHECK-NEXT:  = fsdp::backward_hook(%[[L1]], %[[R1]], %[[P1]], %[[Y1]], %[[IN1]], %{{.*}})
 # CHECK-NEXT:  return (%[[Y1]])
 #
 # The unit path string each gather names is stored on the unit itself.

@@ -17,9 +17,13 @@
 # CHECK:       %[[G1:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:  %[[Y:.*]] : Tensor = prim::CallMethod[name="forward"](%self.1, %x.1)
 # CHECK-NEXT:  fsdp::reshard(%[[G1]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK:       %[[G2:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%self.1, %[[Y]])
 # CHECK-NEXT:  fsdp::reshard(%[[G2]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  return
 #
 # Registering `twice` and `thrice` (which calls twice, another forward method of the same

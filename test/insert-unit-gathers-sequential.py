@@ -14,11 +14,15 @@
 # CHECK-NEXT:  %[[G0:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:  %[[Y0:.*]] : Tensor = prim::CallMethod[name="forward"](%_0, %input.1)
 # CHECK-NEXT:  fsdp::reshard(%[[G0]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  %[[Y1:.*]] : Tensor = prim::CallMethod[name="forward"](%_1, %[[Y0]])
 # CHECK:       prim::Constant[value=[8, 8]]()
 # CHECK-NEXT:  %[[G2:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%_2, %[[Y1]])
 # CHECK-NEXT:  fsdp::reshard(%[[G2]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  return
 # CHECK-NOT:   fsdp::
 #
@@ -30,6 +34,8 @@
 # WHOLE-NEXT:  %[[G:.*]] : Tensor[] = fsdp::all_gather(
 # WHOLE-NEXT:  prim::CallMethod[name="forward"](%seq.1,
 # WHOLE-NEXT:  fsdp::reshard(%[[G]],
+# WHOLE-NEXT:  prim::TupleConstruct
+# WHOLE-NEXT:  fsdp::backward_hook(
 # WHOLE-NEXT:  prim::CallMethod[name="forward"](%out.1,
 # WHOLE-LABEL: // seq : __torch__.torch.nn.modules.container.Sequential :: forward
 # WHOLE-NOT:   fsdp::

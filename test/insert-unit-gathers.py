@@ -1,7 +1,8 @@
 # insert-unit-gathers alone on a minimal input: around the one call of the unit `block`'s
 # forward, in the caller's graph, ONE fsdp::all_gather of the unit's whole group (its
 # parameters read through prim::GetAttr chains, their full dim-0 sizes, the unit's path) right
-# before the call and its fsdp::reshard right after it; nothing else changes (no rank check:
+# before the call, its fsdp::reshard right after it, then the call's fsdp::backward_hook
+# (what a backward through the call needs); nothing else changes (no rank check:
 # that is wrap-entry-methods', and no gather around the non-unit `head`).
 #
 # RUN: %python %s %t.pt
@@ -22,6 +23,10 @@
 # CHECK-NEXT:  %[[FULL:.*]] : Tensor[] = fsdp::all_gather(%[[LIST]], %[[ROWS]], %[[PATH]])
 # CHECK-NEXT:  %[[Y:.*]] : Tensor = prim::CallMethod[name="forward"](%[[BLOCK]], %x.1)
 # CHECK-NEXT:  = fsdp::reshard(%[[FULL]], %[[PATH]])
+# Then the call's backward hook (SPEC section 10): with grad mode on, its outputs' backward
+# gathers the unit again; its inputs (all but self) say when that backward is over.
+# CHECK-NEXT:  %[[IN:.*]] : (Tensor) = prim::TupleConstruct(%x.1)
+# CHECK-NEXT:  = fsdp::backward_hook(%[[LIST]], %[[ROWS]], %[[PATH]], %[[Y]], %[[IN]], %{{.*}})
 # CHECK-NOT:   fsdp::
 # CHECK:       return
 # CHECK-LABEL: // block : __torch__.Block :: forward

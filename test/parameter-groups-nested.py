@@ -18,6 +18,8 @@
 # CHECK-NEXT:  %[[FULL:.*]] : Tensor[] = fsdp::all_gather(%[[LIST]],
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%outer.1,
 # CHECK-NEXT:  fsdp::reshard(%[[FULL]], %[[PATH]])
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NOT:   fsdp::all_gather
 #
 # Outer's forward gathers inner (fc.weight, fc.bias) around inner's call, between pre and post.
@@ -29,6 +31,8 @@
 # CHECK-NEXT:  %[[IFULL:.*]] : Tensor[] = fsdp::all_gather(%[[ILIST]],
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%inner.1,
 # CHECK-NEXT:  fsdp::reshard(%[[IFULL]], %[[IPATH]])
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%post.1,
 #
 # Inner itself gathers nothing: its caller did.

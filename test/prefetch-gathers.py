@@ -14,18 +14,26 @@
 # CHECK:       %[[H2:.*]] : int = fsdp::all_gather_start(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%layer1
 # CHECK-NEXT:  fsdp::reshard(%[[L1]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  %[[L2:.*]] : Tensor[] = fsdp::all_gather_wait(%[[H2]])
 # CHECK:       %[[H3:.*]] : int = fsdp::all_gather_start(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%layer2
 # CHECK-NEXT:  fsdp::reshard(%[[L2]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  %[[L3:.*]] : Tensor[] = fsdp::all_gather_wait(%[[H3]])
 # CHECK-NOT:   fsdp::
 # CHECK:       %[[H4:.*]] : int = fsdp::all_gather_start(
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%layer3
 # CHECK-NEXT:  fsdp::reshard(%[[L3]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # CHECK-NEXT:  %[[L4:.*]] : Tensor[] = fsdp::all_gather_wait(%[[H4]])
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%layer4
 # CHECK-NEXT:  fsdp::reshard(%[[L4]],
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # Nothing is left to prefetch after the last layer, and layer1 itself has nothing before it.
 # CHECK-NOT:   fsdp::all_gather
 # CHECK:       gathers prefetched: 3
@@ -44,9 +52,13 @@
 # ALONE:       fsdp::all_gather_start(
 # ALONE-NEXT:  prim::CallMethod[name="forward"](%layer1
 # ALONE-NEXT:  fsdp::reshard(%[[L1]],
+# ALONE-NEXT:  prim::TupleConstruct
+# ALONE-NEXT:  fsdp::backward_hook(
 # ALONE-COUNT-2: fsdp::all_gather_start(
 # ALONE:       fsdp::all_gather_wait(
 # ALONE-NEXT:  prim::CallMethod[name="forward"](%layer4
 # ALONE-NEXT:  fsdp::reshard(
+# ALONE-NEXT:  prim::TupleConstruct
+# ALONE-NEXT:  fsdp::backward_hook(
 # ALONE-NOT:   fsdp::
 # ALONE:       gathers prefetched: 3

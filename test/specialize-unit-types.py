@@ -17,6 +17,8 @@
 # CHECK:       fsdp::all_gather
 # CHECK-NEXT:  %[[Y:.*]] : Tensor = prim::CallMethod[name="forward"](%a.1, %x.1)
 # CHECK-NEXT:  fsdp::reshard
+# CHECK-NEXT:  prim::TupleConstruct
+# CHECK-NEXT:  fsdp::backward_hook(
 # The plain instance's call has no gather.
 # CHECK-NEXT:  prim::CallMethod[name="forward"](%b.1, %[[Y]])
 # CHECK-NEXT:  return

@@ -18,6 +18,8 @@
 # EMBED:       %[[G:.*]] : Tensor[] = fsdp::all_gather(
 # EMBED-NOT:   fsdp::
 # EMBED:       = fsdp::reshard(%[[G]],
+# EMBED-NEXT:  prim::TupleConstruct
+# EMBED-NEXT:  fsdp::backward_hook(
 # EMBED-NEXT:  return
 #
 # A helper called from outside only (the root's group is gathered, and the nested unit `block`
@@ -30,7 +32,11 @@
 # FEATURES:       %[[BLOCK:.*]] : Tensor[] = fsdp::all_gather(
 # FEATURES-NEXT:  prim::CallMethod[name="forward"](%block
 # FEATURES-NEXT:  = fsdp::reshard(%[[BLOCK]],
+# FEATURES-NEXT:  prim::TupleConstruct
+# FEATURES-NEXT:  fsdp::backward_hook(
 # FEATURES-NEXT:  = fsdp::reshard(%[[ROOT]],
+# FEATURES-NEXT:  prim::TupleConstruct
+# FEATURES-NEXT:  fsdp::backward_hook(
 # FEATURES-NEXT:  return
 #
 # Both (forward calls it, and a user may): gathered in its body, so forward's call nests.
@@ -41,6 +47,8 @@
 # HEAD-NEXT:  prim::GetAttr[name="head"](%self
 # HEAD-NEXT:  prim::CallMethod[name="forward"](%head
 # HEAD-NEXT:  = fsdp::reshard(%[[G]],
+# HEAD-NEXT:  prim::TupleConstruct
+# HEAD-NEXT:  fsdp::backward_hook(
 # HEAD-NEXT:  return
 #
 # forward, a registered forward method, as before; describe reads nothing: no gather.

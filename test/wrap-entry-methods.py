@@ -9,6 +9,8 @@
 # CHECK-LABEL: // . : __torch__.Model :: forward
 # CHECK-NEXT:  graph(%self.1 : __torch__.Model,
 # CHECK-NEXT:        %x.1 : Tensor):
+# The budget of backward prefetch that the body unit's backward hook takes (-1: none).
+# CHECK-NEXT:    %{{.*}} : int = prim::Constant[value=-1]()
 # CHECK-NEXT:    %[[RANK:.*]] : int = prim::GetAttr[name="_fsdp_rank"](%self.1)
 # CHECK-NEXT:    %[[WORLD:.*]] : int = prim::GetAttr[name="_fsdp_world_size"](%self.1)
 # CHECK-NEXT:    %[[SHA:.*]] : str = prim::GetAttr[name="_fsdp_manifest_sha256"](%self.1)
@@ -24,7 +26,11 @@
 # CHECK:         %[[BODY:.*]] : Tensor[] = fsdp::all_gather(
 # CHECK-NEXT:    prim::CallMethod[name="forward"](%body
 # CHECK-NEXT:    fsdp::reshard(%[[BODY]],
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK:         = fsdp::reshard(%[[FULL]], %[[PATH]])
+# CHECK-NEXT:    prim::TupleConstruct
+# CHECK-NEXT:    fsdp::backward_hook(
 # CHECK-NEXT:    return
 #
 # `describe` is an entry method but not a forward method: the check, and no gather.

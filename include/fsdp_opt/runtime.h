@@ -27,9 +27,15 @@ struct Stats {
   int64_t in_flight = 0;             // gathers started by all_gather_start, not waited yet
   int64_t in_flight_peak = 0;        // max of in_flight since the last reset
   int64_t agreements = 0;            // fsdp::rank_any calls (rank-uniform loops)
+  // Training (docs/design.md "Training"): gradients of unit parameters summed over the ranks,
+  // and bytes of full gradients alive at once (from AccumulateGrad until reduced) and its peak.
+  int64_t grad_reductions = 0;
+  int64_t unsharded_grad_bytes = 0;
+  int64_t peak_unsharded_grad_bytes = 0;
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once
+  int64_t host_buffer_live_bytes = 0;    // pool buffers in use: what the full storage really holds
 
   /// (name, value) pairs in a fixed order; the names are the keys of fsdp::stats().
   std::vector<std::pair<std::string, int64_t>> items() const;
@@ -37,8 +43,8 @@ struct Stats {
 
 /// A snapshot of the counters.
 Stats stats();
-/// Zeroes the counters; unsharded_bytes and in_flight keep their current values (they are
-/// state, not counts) and their peaks restart from them.
+/// Zeroes the counters; unsharded_bytes, unsharded_grad_bytes and in_flight keep their current
+/// values (they are state, not counts) and their peaks restart from them.
 void resetStats();
 
 /// Explicitly initialises the process group (instead of torchrun's environment variables).

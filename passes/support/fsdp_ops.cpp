@@ -18,6 +18,8 @@ c10::Symbol releaseAll() { return c10::Symbol::fromQualString("fsdp::release_all
 c10::Symbol gatherStart() { return c10::Symbol::fromQualString("fsdp::all_gather_start"); }
 c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_wait"); }
 c10::Symbol rankAny() { return c10::Symbol::fromQualString("fsdp::rank_any"); }
+c10::Symbol backwardHook() { return c10::Symbol::fromQualString("fsdp::backward_hook"); }
+c10::Symbol replicatedParams() { return c10::Symbol::fromQualString("fsdp::replicated_params"); }
 bool isCollective(const torch::jit::Node* node) {
   auto kind = node->kind();
   return kind == allGather() || kind == gatherStart() || kind == gatherWait() || kind == rankAny();
@@ -95,6 +97,14 @@ bool isOperandRead(const torch::jit::Node* node) {
          kind == c10::prim::unchecked_cast || kind == c10::Symbol::fromQualString("aten::join");
 }
 
+bool isBackwardHookPart(const torch::jit::Node* node) {
+  if (node->kind() == ops::backwardHook()) return true;
+  if (node->kind() != c10::prim::TupleConstruct) return false;
+  const auto& uses = node->output()->uses();
+  return !uses.empty() && std::all_of(uses.begin(), uses.end(),
+                                      [](const torch::jit::Use& use) { return use.user->kind() == ops::backwardHook(); });
+}
+
 // ---- builders --------------------------------------------------------------------------------
 
 namespace {
@@ -134,6 +144,20 @@ GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModul
 
 torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather) {
   return graph.insertNode(graph.create(ops::reshard(), {gather.result()->output(), gather.unitName()}, 0));
+}
+
+void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
+                        at::ArrayRef<torch::jit::Value*> inputs, std::optional<int64_t> maxUnshardedBytes) {
+  if (outputs.empty()) return;
+  torch::jit::Value* out = outputs.size() == 1 ? outputs[0] : graph.insertNode(graph.createTuple(outputs))->output();
+  torch::jit::Value* in = graph.insertNode(graph.createTuple(inputs))->output();
+  // At the top of the graph, where it dominates every block, out of the way of the call site.
+  torch::jit::Value* budget = [&] {
+    torch::jit::WithInsertPoint top(graph.block()->nodes().front());
+    return graph.insertConstant(c10::IValue(maxUnshardedBytes.value_or(-1)));
+  }();
+  graph.insertNode(
+      graph.create(ops::backwardHook(), {gather.paramList(), gather.fullRows(), gather.unitName(), out, in, budget}, 0));
 }
 
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second) {

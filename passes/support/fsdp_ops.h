@@ -24,6 +24,8 @@ c10::Symbol releaseAll();    // fsdp::release_all
 c10::Symbol gatherStart();   // fsdp::all_gather_start
 c10::Symbol gatherWait();    // fsdp::all_gather_wait
 c10::Symbol rankAny();       // fsdp::rank_any: whether any rank's flag is set
+c10::Symbol backwardHook();  // fsdp::backward_hook: a unit call's backward gathers it again
+c10::Symbol replicatedParams();  // fsdp::replicated_params: their gradients averaged
 bool isFsdpOp(const torch::jit::Node* node);
 // An op that communicates with the other ranks: a gather of either form, or an agreement.
 bool isCollective(const torch::jit::Node* node);
@@ -80,6 +82,9 @@ std::vector<GatherOp> gathersIn(torch::jit::Block* block);
 // A node that only reads what a gather takes as operands (prim::GetAttr chains, the lists and
 // constants built from them, a bucket's joined unit names): such nodes may move with their gather.
 bool isOperandRead(const torch::jit::Node* node);
+// An fsdp::backward_hook, or a tuple built only for one: it neither reads a parameter nor
+// changes what forward computes, so schedules treat it as absent.
+bool isBackwardHookPart(const torch::jit::Node* node);
 
 // --- Builders. Each inserts at the graph's insertion point unless it says otherwise. ---
 
@@ -89,6 +94,12 @@ GatherOp insertUnitGather(torch::jit::Graph& graph, torch::jit::Value* unitModul
                           std::optional<c10::ScalarType> paramDtype = std::nullopt);
 // The reshard of `gather`.
 torch::jit::Node* insertReshard(torch::jit::Graph& graph, const GatherOp& gather);
+// What training needs after a call of the unit `gather` unshards (docs/design.md "Training"):
+// fsdp::backward_hook on the call's outputs and inputs, with the gather's parameters, rows and
+// name, and the budget backward prefetching must keep (-1: none). Nothing when the call returns
+// nothing.
+void insertBackwardHook(torch::jit::Graph& graph, const GatherOp& gather, at::ArrayRef<torch::jit::Value*> outputs,
+                        at::ArrayRef<torch::jit::Value*> inputs, std::optional<int64_t> maxUnshardedBytes);
 // One all_gather of both gathers' parameters (named "a, b"), where `second` was, and one reshard
 // where the later of theirs was; both originals are removed. Their dtypes must agree.
 GatherOp mergeGathers(torch::jit::Graph& graph, const GatherOp& first, const GatherOp& second);

@@ -29,6 +29,7 @@ import torch
 __all__ = [
     "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes", "default_pipeline",
     "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
+    "load_rank_file", "full_state_dict",
 ]
 __version__ = "0.1.0"
 
@@ -415,3 +416,67 @@ def reset_stats() -> None:
     """Zeroes the counters (unsharded_bytes is state and keeps its value)."""
     load()
     torch.ops.fsdp.reset_stats()
+
+
+# ---- training -----------------------------------------------------------------------------
+
+def load_rank_file(directory: str, rank: Optional[int] = None) -> torch.jit.ScriptModule:
+    """Loads this rank's file of an `fsdp-opt -o DIR` run for training or inference: the
+    runtime library first, then DIR/rank<RANK>.pt (rank: the argument, else $RANK as torchrun
+    sets it). Its parameters are leaf tensors of the shard's shape: give them to an optimizer
+    as they are (SPEC section 10)."""
+    load()
+    if rank is None:
+        if "RANK" not in os.environ:
+            raise FsdpOptError("load_rank_file: no rank given and $RANK is not set (run under torchrun or fsdp-run)")
+        rank = int(os.environ["RANK"])
+    path = os.path.join(directory, "rank%d.pt" % rank)
+    if not os.path.isfile(path):
+        raise FsdpOptError("load_rank_file: no rank file %s" % path)
+    return torch.jit.load(path)
+
+
+def _attribute(module, dotted: str):
+    for name in dotted.split("."):
+        module = getattr(module, name)
+    return module
+
+
+def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, torch.Tensor]:
+    """The unsharded state of a rank file's module, as the original model's state_dict() names
+    it: every unit's parameters gathered (one collective per unit, in the manifest's order: a
+    collective call, every rank must make it), tied parameters under each of their names, and
+    the replicated parameters and buffers as this rank holds them. `manifest` is the
+    manifest.json of the run the module's file comes from (checked by its sha256). What it
+    returns is a copy, on the parameters' device; load it into the original model with
+    `original.load_state_dict(...)` and save that (test/e2e/train_full_state.py)."""
+    import hashlib
+    import json
+
+    load()
+    with open(manifest, "rb") as f:
+        raw = f.read()
+    expected = getattr(module, "_fsdp_manifest_sha256", None)
+    if expected is None:
+        raise FsdpOptError("full_state_dict: the module is not a rank file of fsdp-opt (no _fsdp_manifest_sha256)")
+    if expected and hashlib.sha256(raw).hexdigest() != expected:
+        raise FsdpOptError("full_state_dict: %s is not the manifest of the run this rank file comes from "
+                           "(sha256 differs)" % manifest)
+    units = json.loads(raw.decode("utf-8"))["units"]
+    state: Dict[str, torch.Tensor] = {}
+    with torch.no_grad():
+        for unit in units:
+            params = [_attribute(module, p["path"]) for p in unit["params"]]
+            rows = [int(p["shape"][0]) for p in unit["params"]]
+            full = torch.ops.fsdp.all_gather(params, rows, unit["path"])
+            try:
+                for p, tensor in zip(unit["params"], full):
+                    copy = tensor.detach().clone()
+                    for name in [p["path"]] + list(p["aliases"]):
+                        state[name] = copy
+            finally:
+                torch.ops.fsdp.reshard(full, unit["path"])
+        for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
+            if name not in state:
+                state[name] = tensor.detach().clone()
+    return state

@@ -142,6 +142,42 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return watchLocked(std::move(probe), stream);
   }
 
+  /// Enqueues an all-to-all of `chunk` bytes per rank (one ncclSend and one ncclRecv per peer
+  /// in one group: NCCL has no all-to-all call) on `stream` and returns its probe.
+  std::shared_ptr<EventProbe> allToAll(const uint8_t* in, uint8_t* out, size_t chunk,
+                                       const c10::cuda::CUDAStream& stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    throwIfBrokenLocked();
+    auto probe = std::make_shared<EventProbe>(stream);
+    ncclResult_t r = ncclGroupStart();
+    if (r != ncclSuccess) {
+      abortLocked(ncclKind(r), "ncclGroupStart failed: " + ncclText(r, comm_));
+      throwIfBrokenLocked();
+    }
+    std::string failed;
+    ErrorKind kind = ErrorKind::kBackend;
+    for (int peer = 0; peer < size_ && failed.empty(); ++peer) {
+      const size_t at = static_cast<size_t>(peer) * chunk;
+      ncclResult_t e = ncclSend(in + at, chunk, ncclUint8, peer, comm_, stream.stream());
+      if (e == ncclSuccess || e == ncclInProgress) e = ncclRecv(out + at, chunk, ncclUint8, peer, comm_, stream.stream());
+      if (e != ncclSuccess && e != ncclInProgress) {
+        failed = "ncclSend/ncclRecv with rank " + std::to_string(peer) + " failed: " + ncclText(e, comm_);
+        kind = ncclKind(e);
+      }
+    }
+    r = ncclGroupEnd();  // closes the group even after a failed call, which NCCL requires
+    if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
+    if (failed.empty() && r != ncclSuccess) {
+      failed = "ncclGroupEnd failed: " + ncclText(r, comm_);
+      kind = ncclKind(r);
+    }
+    if (!failed.empty()) {
+      abortLocked(kind, failed);
+      throwIfBrokenLocked();
+    }
+    return watchLocked(std::move(probe), stream);
+  }
+
   struct Gather {
     const void* in;
     void* out;
@@ -430,6 +466,19 @@ class NcclBackend final : public CollectiveBackend {
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
     auto probe = comm_->allGather(input.data_ptr(), output.data_ptr(),
                                   static_cast<size_t>(input.numel()), stream);
+    return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
+  }
+
+  std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input, const at::Tensor& output) override {
+    checkTensorDevice(input.device(), "backend nccl: all-to-all");
+    checkTensorDevice(output.device(), "backend nccl: all-to-all");
+    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
+                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
+               ErrorKind::kInternal, "backend nccl: all-to-all of ", input.numel(), " and ", output.numel(),
+               " bytes over ", size_, " ranks");
+    const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
+    auto probe = comm_->allToAll(static_cast<const uint8_t*>(input.data_ptr()), static_cast<uint8_t*>(output.data_ptr()),
+                                 static_cast<size_t>(input.numel() / size_), stream);
     return std::make_unique<NcclPending>(comm_, std::move(probe), blockingWait_);
   }
 
