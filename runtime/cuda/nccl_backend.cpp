@@ -34,6 +34,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -142,11 +143,12 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return watchLocked(std::move(probe), stream);
   }
 
-  /// Enqueues an all-to-all of `chunk` bytes per rank (one ncclSend and one ncclRecv per peer
-  /// in one group: NCCL has no all-to-all call) on `stream` and returns its probe.
-  std::shared_ptr<EventProbe> allToAll(const uint8_t* in, uint8_t* out, size_t chunk,
-                                       const c10::cuda::CUDAStream& stream) {
-    std::unique_lock<std::mutex> lock(mutex_);
+  /// Enqueues one NCCL group on `stream`: ncclGroupStart, the calls `enqueue` makes, then
+  /// ncclGroupEnd (one launch), and returns the group's probe. `enqueue` returns the first call
+  /// that failed, described, with its result (ncclSuccess when none did).
+  std::shared_ptr<EventProbe> groupLocked(
+      const c10::cuda::CUDAStream& stream,
+      const std::function<std::pair<ncclResult_t, std::string>()>& enqueue) {
     throwIfBrokenLocked();
     auto probe = std::make_shared<EventProbe>(stream);
     ncclResult_t r = ncclGroupStart();
@@ -154,17 +156,8 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
       abortLocked(ncclKind(r), "ncclGroupStart failed: " + ncclText(r, comm_));
       throwIfBrokenLocked();
     }
-    std::string failed;
-    ErrorKind kind = ErrorKind::kBackend;
-    for (int peer = 0; peer < size_ && failed.empty(); ++peer) {
-      const size_t at = static_cast<size_t>(peer) * chunk;
-      ncclResult_t e = ncclSend(in + at, chunk, ncclUint8, peer, comm_, stream.stream());
-      if (e == ncclSuccess || e == ncclInProgress) e = ncclRecv(out + at, chunk, ncclUint8, peer, comm_, stream.stream());
-      if (e != ncclSuccess && e != ncclInProgress) {
-        failed = "ncclSend/ncclRecv with rank " + std::to_string(peer) + " failed: " + ncclText(e, comm_);
-        kind = ncclKind(e);
-      }
-    }
+    auto [e, failed] = enqueue();
+    ErrorKind kind = failed.empty() ? ErrorKind::kBackend : ncclKind(e);
     r = ncclGroupEnd();  // closes the group even after a failed call, which NCCL requires
     if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
     if (failed.empty() && r != ncclSuccess) {
@@ -178,6 +171,24 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
     return watchLocked(std::move(probe), stream);
   }
 
+  /// Enqueues an all-to-all of `chunk` bytes per rank (one ncclSend and one ncclRecv per peer
+  /// in one group: NCCL has no all-to-all call) on `stream` and returns its probe.
+  std::shared_ptr<EventProbe> allToAll(const uint8_t* in, uint8_t* out, size_t chunk,
+                                       const c10::cuda::CUDAStream& stream) {
+    std::unique_lock<std::mutex> lock(mutex_);
+    return groupLocked(stream, [&]() -> std::pair<ncclResult_t, std::string> {
+      for (int peer = 0; peer < size_; ++peer) {
+        const size_t at = static_cast<size_t>(peer) * chunk;
+        ncclResult_t e = ncclSend(in + at, chunk, ncclUint8, peer, comm_, stream.stream());
+        if (e == ncclSuccess || e == ncclInProgress) e = ncclRecv(out + at, chunk, ncclUint8, peer, comm_, stream.stream());
+        if (e != ncclSuccess && e != ncclInProgress) {
+          return {e, "ncclSend/ncclRecv with rank " + std::to_string(peer) + " failed: " + ncclText(e, comm_)};
+        }
+      }
+      return {ncclSuccess, ""};
+    });
+  }
+
   struct Gather {
     const void* in;
     void* out;
@@ -189,35 +200,15 @@ class NcclComm : public std::enable_shared_from_this<NcclComm> {
   std::shared_ptr<EventProbe> allGatherGroup(const std::vector<Gather>& gathers,
                                              const c10::cuda::CUDAStream& stream) {
     std::unique_lock<std::mutex> lock(mutex_);
-    throwIfBrokenLocked();
-    auto probe = std::make_shared<EventProbe>(stream);
-    ncclResult_t r = ncclGroupStart();
-    if (r != ncclSuccess) {
-      abortLocked(ncclKind(r), "ncclGroupStart failed: " + ncclText(r, comm_));
-      throwIfBrokenLocked();
-    }
-    std::string failed;
-    ErrorKind kind = ErrorKind::kBackend;
-    for (const Gather& g : gathers) {
-      const ncclResult_t e = ncclAllGather(g.in, g.out, g.bytes, ncclUint8, comm_, stream.stream());
-      if (e != ncclSuccess && e != ncclInProgress) {
-        failed = "ncclAllGather (in a group of " + std::to_string(gathers.size()) +
-                 ") failed: " + ncclText(e, comm_);
-        kind = ncclKind(e);
-        break;
+    return groupLocked(stream, [&]() -> std::pair<ncclResult_t, std::string> {
+      for (const Gather& g : gathers) {
+        const ncclResult_t e = ncclAllGather(g.in, g.out, g.bytes, ncclUint8, comm_, stream.stream());
+        if (e != ncclSuccess && e != ncclInProgress) {
+          return {e, "ncclAllGather (in a group of " + std::to_string(gathers.size()) + ") failed: " + ncclText(e, comm_)};
+        }
       }
-    }
-    r = ncclGroupEnd();  // closes the group even after a failed call, which NCCL requires
-    if (r == ncclInProgress) r = settleLocked(Clock::now() + timeout_);
-    if (failed.empty() && r != ncclSuccess) {
-      failed = "ncclGroupEnd failed: " + ncclText(r, comm_);
-      kind = ncclKind(r);
-    }
-    if (!failed.empty()) {
-      abortLocked(kind, failed);
-      throwIfBrokenLocked();
-    }
-    return watchLocked(std::move(probe), stream);
+      return {ncclSuccess, ""};
+    });
   }
 
   /// Throws the reason if the communicator was aborted (or destroyed).
