@@ -171,7 +171,9 @@ std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
     const int64_t n = c10::multiply_integers(shape);
     std::vector<at::Tensor> parts;
     for (int64_t p = 0; p < w; ++p) parts.push_back(received[p].narrow(0, offset, n));
-    rows.push_back(sumInRankOrder(parts).div(w).view(shape));
+    // Divided last, so that .grad is a tensor of its own, not a view (torch::optim's zero_grad
+    // detaches .grad in place, which a view refuses).
+    rows.push_back(sumInRankOrder(parts).view(shape).div(w));
     offset += n;
   }
   return rows;

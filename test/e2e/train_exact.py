@@ -95,6 +95,9 @@ def train(model, model_name, optimizer, batches_per_step, mode, first_grads_into
         if step == 0:
             first_grads_into.update({n: p.grad.detach().clone()
                                      for n, p in distinct_named_parameters(model).items() if p.grad is not None})
+            # A .grad that is a view breaks torch::optim's zero_grad (detach_ in place).
+            first_grads_into["(views)"] = [n for n, p in distinct_named_parameters(model).items()
+                                           if p.grad is not None and p.grad._is_view()]
         optimizer.step()
 
 
@@ -113,7 +116,8 @@ def rank_main(ctx):
     ctx.reset_stats()
     first = {}
     train(model, a["model"], optimizer, inputs, a["mode"], first)
-    result = {"grads": first, "params": {n: p.detach().clone() for n, p in params.items()},
+    views = first.pop("(views)")
+    result = {"grads": first, "views": views, "params": {n: p.detach().clone() for n, p in params.items()},
               "stats": ctx.stats()}
     if a["full_state"]:
         result["full_state"] = fsdp_opt.full_state_dict(model, os.path.join(a["dir"], "manifest.json"))
@@ -234,6 +238,7 @@ def main():
                                 n in sharded)
                 t.check(params_ok, "%s rank %d: %d parameters after %d steps equal the reference's rows"
                         % (label, res.rank, len(final), STEPS))
+                t.check(not v["views"], "%s rank %d: no .grad is a view" % (label, res.rank), str(v["views"]))
                 s = v["stats"]
                 reductions = s.get("grad_reductions", -1)
                 t.check(w == 1 or reductions > 0,
