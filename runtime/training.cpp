@@ -485,11 +485,9 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   call->unit = std::move(unit);
   call->budget = maxUnshardedBytes;
   {
-    std::unordered_set<const c10::TensorImpl*> seen;
-    for (size_t i = 0; i < call->params.size(); ++i) {
-      const at::Tensor& p = call->params[i];
-      if (!seen.insert(p.unsafeGetTensorImpl()).second || p.dim() == 0 || p.size(0) == 0) continue;
-      call->bytes += call->fullRows[i] * (p.numel() / p.size(0)) * static_cast<int64_t>(p.element_size());
+    for (const auto& [p, rows] : distinctParams(*call)) {
+      if (p.dim() == 0 || p.size(0) == 0) continue;
+      call->bytes += rows * (p.numel() / p.size(0)) * static_cast<int64_t>(p.element_size());
     }
     std::lock_guard<std::mutex> lock(trainingMutex());
     auto& calls = state().calls;
