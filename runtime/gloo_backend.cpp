@@ -18,6 +18,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "envelope.h"
 #include "environment.h"
 #include "errors.h"
 
@@ -176,6 +177,8 @@ bool isLoopback(const std::string& addr) {
 }
 
 }  // namespace
+
+bool detail::glooBuilt() { return true; }
 
 GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
   GlooBackendOptions options;

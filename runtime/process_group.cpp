@@ -39,7 +39,12 @@ struct GroupState {
   bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
+  uint64_t collectiveSequence = 0;  // the last collective's number (fingerprints)
+  uint64_t generation = 0;
 };
+
+// Groups initialised by this process so far (GroupState::generation).
+uint64_t g_generations = 0;
 
 std::mutex& groupMutex() {
   static std::mutex m;
@@ -93,6 +98,8 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
   st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
+  st.collectiveSequence = 0;
+  st.generation = ++g_generations;
 }
 
 void initFromEnvLocked(GroupState& st) {
@@ -177,6 +184,17 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
   }
   backend->checkTensorDevice(device, context);
   return backend;
+}
+
+uint64_t nextCollectiveSequence() {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  return ++ensureLocked().collectiveSequence;
+}
+
+StoreAccess groupStore() {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  GroupState& st = ensureLocked();
+  return StoreAccess{st.store, st.generation, st.timeout, st.info.rank, st.info.world};
 }
 
 // What a rank whose file does not fit the process group publishes in place of its hash.

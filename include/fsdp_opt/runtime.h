@@ -68,6 +68,7 @@ enum class ErrorKind {
   kNone,        // no failure
   kBadInput,    // this rank's arguments, model file, build or environment are wrong
   kMismatch,    // the ranks disagree: rank files of different fsdp-opt runs
+  kDivergence,  // the ranks issue different collectives (their collective fingerprints differ)
   kPeerLost,    // a peer went away: a collective, rendezvous or store exchange failed early
   kTimeout,     // a wait ran for the whole FSDP_OPT_TIMEOUT_S
   kPeerFailed,  // a peer reported a failure of its own (its wrong file, no NCCL unique id)
@@ -76,8 +77,8 @@ enum class ErrorKind {
   kModel,       // not raised by the runtime: the model raised, or a non-fsdp op failed
 };
 
-/// The kind's name: "none", "bad-input", "mismatch", "peer-lost", "timeout", "peer-failed",
-/// "backend", "internal", "model".
+/// The kind's name: "none", "bad-input", "mismatch", "divergence", "peer-lost", "timeout",
+/// "peer-failed", "backend", "internal", "model".
 const char* errorKindName(ErrorKind kind);
 /// The kind named `name` (errorKindName's spelling); false when there is none.
 bool parseErrorKind(const std::string& name, ErrorKind* kind);
