@@ -39,6 +39,10 @@ std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesGroupedAsync
   unsupported("grouped all-gathers");
 }
 
+std::unique_ptr<PendingCollective> CollectiveBackend::broadcastBytesAsync(const at::Tensor&, int) {
+  unsupported("broadcasts");
+}
+
 void CollectiveBackend::checkTensorDevice(const c10::Device&, const std::string&) const {}
 
 }  // namespace runtime

@@ -165,6 +165,21 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
+  std::unique_ptr<PendingCollective> broadcastBytesAsync(const at::Tensor& buffer,
+                                                         int root) override {
+    FSDP_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.is_contiguous() &&
+                   buffer.device().is_cpu() && root >= 0 && root < size_,
+               ErrorKind::kInternal, "backend gloo: broadcastBytes needs a contiguous 1-d CPU "
+               "uint8 buffer and a root rank below ", size_);
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = options().timeout;
+    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{buffer}, options().timeout);
+    std::vector<at::Tensor> tensors{borrowed(buffer, 0, buffer.numel())};
+    pending->add(pg_->broadcast(tensors, opts));
+    return pending;
+  }
+
  private:
   int rank_;
   int size_;
