@@ -42,8 +42,8 @@ std::vector<int64_t> exchange(int64_t value, const at::Tensor& like, const char*
   at::Tensor mine = at::empty({static_cast<int64_t>(sizeof(value))}, at::kByte);
   std::memcpy(mine.data_ptr(), &value, sizeof(value));
   std::vector<int64_t> values(group.world);
-  std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
   try {
+    std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
     detail::Envelope envelope(backend, like.device(), identity, mine);
     envelope.finish(values.data());
   } catch (const std::exception& e) {

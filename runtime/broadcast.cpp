@@ -32,8 +32,8 @@ void broadcastBytes(void* data, int64_t bytes, int root, const std::string& what
   identity.layoutHash = fingerprint::LayoutHash().add("broadcast").add(root).add(bytes).value();
   identity.dtypes = "uint8";
   at::Tensor buffer = at::from_blob(data, {bytes}, at::TensorOptions().dtype(at::kByte));
-  std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
   try {
+    std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
     detail::Envelope envelope(backend, c10::Device(c10::kCPU), identity, at::Tensor());
     envelope.finish();
     if (bytes > 0) backend->broadcastBytesAsync(buffer, root)->wait();

@@ -12,6 +12,14 @@
 // deferred payload must go out before any later collective of this process: lockCollectiveOrder()
 // waits until every deferred payload is issued (or failed), then holds the order until the caller
 // has issued its envelope and, where it does so itself, its payload.
+//
+// The issuer thread also checks the envelopes of started gathers whose payload rides inside (it
+// has nothing to issue for them), so that, when lockCollectiveOrder() returns, every earlier
+// envelope of this process has been checked. That is what makes a divergence surface at the
+// first differing collective on every rank: a rank that started a gather and then issues
+// another collective must not send the second envelope past a mismatch in the first, or its
+// peer, which raised at the first, would leave it waiting for the timeout. If the issuer found
+// a failure nobody has taken yet (the start's wait comes later), lockCollectiveOrder() raises it.
 #pragma once
 
 #include <condition_variable>
@@ -28,7 +36,9 @@ namespace detail {
 
 class Envelope;
 
-/// The order lock: returned once no deferred payload is waiting to be issued.
+/// The order lock: returned once no deferred payload is waiting to be issued and every earlier
+/// envelope was checked. Raises the failure of an earlier started gather's envelope or payload
+/// that its wait has not raised yet (kind divergence as it is; other kinds saying whose it was).
 std::unique_lock<std::mutex> lockCollectiveOrder();
 
 /// A payload collective handed to the issuer thread.
@@ -40,20 +50,26 @@ class DeferredCollective {
 
   void issued(std::unique_ptr<PendingCollective> pending);
   void failed(std::exception_ptr error);
+  /// The failure, once, unless take() already raised it.
+  std::exception_ptr claimUnreportedError();
 
  private:
   std::mutex mutex_;
   std::condition_variable done_;
   bool finished_ = false;
+  bool reported_ = false;
   std::exception_ptr error_;
   std::unique_ptr<PendingCollective> pending_;
 };
 
-/// Queues `issue` to run on the issuer thread, under the collective order, once `envelope` has
-/// finished (Envelope::finish) without error. Call it holding `order` (the lock the envelope was
-/// issued under), which it keeps. Later lockCollectiveOrder() calls wait until it has run.
+/// Queues `envelope` to be finished on the issuer thread (Envelope::finish(inlineOut): every
+/// rank's inline payload lands at `inlineOut`), then, if it matched, `issue` to run there under
+/// the collective order; `issue` may return null (nothing to issue: the payload was inline) and
+/// must keep alive whatever the envelope writes to. Call it holding `order` (the lock the
+/// envelope was issued under), which it keeps. Later lockCollectiveOrder() calls wait until
+/// both have run.
 std::shared_ptr<DeferredCollective> issueAfter(
-    std::unique_lock<std::mutex>& order, std::unique_ptr<Envelope> envelope,
+    std::unique_lock<std::mutex>& order, std::unique_ptr<Envelope> envelope, void* inlineOut,
     std::function<std::unique_ptr<PendingCollective>()> issue);
 
 }  // namespace detail

@@ -3,6 +3,7 @@
 #include "data_path.h"
 
 #include <algorithm>
+#include <functional>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -52,7 +53,8 @@ class CopyOnlyUnshard final : public PendingUnshard {
 // into the full tensors at finish(). Ahead of it, the envelope with the gather's fingerprint
 // (envelope.h): issued before the packing, so that its round trip overlaps the copies, and
 // checked before the payload's all-gather is issued. A payload small enough to ride in the
-// envelope needs no all-gather of its own.
+// envelope needs no all-gather of its own. all_gather_start leaves both the check and the
+// payload to the issuer thread (collective_order.h).
 class HostCollectiveUnshard final : public PendingUnshard {
  public:
   HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
@@ -73,32 +75,43 @@ class HostCollectiveUnshard final : public PendingUnshard {
       throwCollectiveFailure(context, req.shards.size(), bytes, backend_->name(), req.rank,
                              req.world, e);
     };
-    std::unique_lock<std::mutex> order = lockCollectiveOrder();
-    if (bytes <= kEnvelopeInlineBytes) {
-      // The payload rides in the envelope: one collective, waited for here or at finish().
-      pack(req);
-      try {
-        inlineEnvelope_ = std::make_unique<Envelope>(backend_, req.device, identity, send_);
-        if (!req.asyncStart) finishInline();
-      } catch (const std::exception& e) {
-        fail(e);
-      }
-      return;
-    }
-    std::unique_ptr<Envelope> envelope;
+    std::unique_lock<std::mutex> order;
     try {
-      envelope = std::make_unique<Envelope>(backend_, req.device, identity, at::Tensor());
+      order = lockCollectiveOrder();  // raises an earlier start's failure nobody took yet
     } catch (const std::exception& e) {
       fail(e);
     }
-    pack(req);
+    const bool fits = bytes <= kEnvelopeInlineBytes;
+    if (fits) pack(req);  // the payload rides in the envelope: one collective
+    std::unique_ptr<Envelope> envelope;
+    try {
+      envelope = std::make_unique<Envelope>(backend_, req.device, identity, fits ? send_ : at::Tensor());
+    } catch (const std::exception& e) {
+      fail(e);
+    }
+    if (!fits) pack(req);  // while the envelope is on its way
     if (req.asyncStart) {
-      // The issuer thread drops its copies of the buffers right after issuing; this unshard
-      // keeps its own until finish(), so they go back to the pool here, not on that thread.
-      deferred_ = issueAfter(order, std::move(envelope),
-                             [backend = backend_, send = send_, recv = recv_] {
-                               return backend->allGatherBytesAsync(send, recv);
-                             });
+      // The issuer thread checks the envelope (and issues a payload that did not fit); it drops
+      // its copies of the buffers right after, and this unshard keeps its own until finish(),
+      // so they go back to the pool here, not on that thread.
+      std::function<std::unique_ptr<PendingCollective>()> issue = [recv = recv_] {
+        return std::unique_ptr<PendingCollective>();
+      };
+      if (!fits) {
+        issue = [backend = backend_, send = send_, recv = recv_] {
+          return backend->allGatherBytesAsync(send, recv);
+        };
+      }
+      deferred_ = issueAfter(order, std::move(envelope), fits ? recv_.data_ptr() : nullptr,
+                             std::move(issue));
+      return;
+    }
+    if (fits) {
+      try {
+        envelope->finish(recv_.data_ptr());
+      } catch (const std::exception& e) {
+        fail(e);
+      }
       return;
     }
     try {
@@ -110,7 +123,6 @@ class HostCollectiveUnshard final : public PendingUnshard {
   }
 
   void finish() override {
-    if (inlineEnvelope_) finishInline();
     if (deferred_) collective_ = takeDeferred();
     if (collective_) {
       auto c = std::move(collective_);
@@ -125,7 +137,6 @@ class HostCollectiveUnshard final : public PendingUnshard {
 
   void abandon() noexcept override {
     try {
-      inlineEnvelope_.reset();  // a pending envelope keeps its buffers until Gloo is done
       if (deferred_) collective_ = takeDeferred();
     } catch (...) {
     }
@@ -156,11 +167,6 @@ class HostCollectiveUnshard final : public PendingUnshard {
     layout::packCpu(layout_, src, send_.data_ptr());
   }
 
-  void finishInline() {
-    auto envelope = std::move(inlineEnvelope_);
-    envelope->finish(recv_.data_ptr());
-  }
-
   std::unique_ptr<PendingCollective> takeDeferred() {
     auto d = std::move(deferred_);
     return d->take();
@@ -178,8 +184,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
   std::shared_ptr<CollectiveBackend> backend_;
   at::Tensor send_;
   at::Tensor recv_;
-  std::unique_ptr<Envelope> inlineEnvelope_;       // a payload inside its envelope, not waited yet
-  std::shared_ptr<DeferredCollective> deferred_;   // all_gather_start: issued by the issuer thread
+  std::shared_ptr<DeferredCollective> deferred_;  // all_gather_start: the issuer thread's part
   std::unique_ptr<PendingCollective> collective_;
 };
 

@@ -135,8 +135,8 @@ class CudaUnshard final : public PendingUnshard {
       const int64_t payload = perParam_ ? layout::ParamMajorLayout(specs, req.world).totalShardBytes()
                                         : layout::PackLayout(specs, req.world).packedBytes();
       if (payload > 0) {
-        order = lockCollectiveOrder();
         try {
+          order = lockCollectiveOrder();
           exchangeHostEnvelope(gatherIdentity(req, perParam_ ? "per-param" : "packed", payload),
                                context);
         } catch (const std::exception& e) {

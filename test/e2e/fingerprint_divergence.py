@@ -12,6 +12,10 @@
 #   agreement  W=2: rank 0 runs fsdp::rank_any while rank 1 gathers
 #   split      W=2: all_gather_start of 'a' vs of 'b': start returns, the wait raises
 #   skip       W=2: rank 0 gathers 'x' before 'a', rank 1 gathers 'b' at once
+#   pending    W=2: rank 0 starts a gather of 'b' and, before waiting for it, gathers 'a'; rank 1
+#              gathers 'a': rank 0 must raise at its gather of 'a' (the mismatch of its start's
+#              envelope), not send a second envelope and wait for the timeout; `pending_small`
+#              the same with payloads inside the envelope
 #   three      W=3: ranks 0 and 1 gather 'a', rank 2 gathers 'b': every rank names ranks 0 and 2
 #
 # RUN: %python %s
@@ -56,7 +60,7 @@ def rank_main(ctx):
     scenario = ctx.args["scenario"]
     big = [(64, 16), (64,)]  # 2.1 KiB per rank at W=2: a payload of its own after the envelope
     tiny = [(6, 2), (3,)]  # fits in the envelope
-    shapes = tiny if scenario == "small" else big
+    shapes = tiny if scenario in ("small", "pending_small") else big
     a = Unit(torch, "a", shapes, w, r, seed=1)
     b = Unit(torch, "b", shapes, w, r, seed=2)
     mine = {"sizes": Unit(torch, "a", [(64, 16)] if r == 0 else [(32, 16)], w, r, seed=3),
@@ -64,7 +68,13 @@ def rank_main(ctx):
     out = {"error": None, "kind": None, "sharded": None, "after": None}
     t0 = time.monotonic()
     try:
-        if scenario == "agreement" and r == 0:
+        if scenario.startswith("pending"):
+            mine = a
+            if r == 0:
+                ops.all_gather_start(b.params, b.rows, b.name)
+                out["start_returned"] = True
+            a.gather(ops)
+        elif scenario == "agreement" and r == 0:
             ops.rank_any(True, a.params[0])
         elif scenario == "split":
             handle = ops.all_gather_start(mine.params, mine.rows, mine.name)
@@ -79,7 +89,7 @@ def rank_main(ctx):
         out["error"] = str(e).strip().splitlines()[-1]
         out["kind"] = tuple(ops.last_error())[0]
     out["elapsed"] = time.monotonic() - t0
-    out["sharded"] = mine.sharded(torch) and (scenario != "agreement" or a.sharded(torch))
+    out["sharded"] = mine.sharded(torch) and a.sharded(torch) and b.sharded(torch)
     if scenario == "units":
         c = Unit(torch, "c", big, w, r, seed=5)
         c.gather(ops)
@@ -113,6 +123,8 @@ def main():
         ("agreement", 2, "rank 0 agrees whether any rank goes on (fsdp::rank_any) (#1) while rank 1 gathers unit 'b' (#1: 2 parameters, %s" % big),
         ("split", 2, "rank 0 gathers unit 'a' (#1: 2 parameters, %s while rank 1 gathers unit 'b' (#1: 2 parameters, %s" % (big, big)),
         ("skip", 2, "rank 0 gathers unit 'x' (#1: 2 parameters, %s while rank 1 gathers unit 'b' (#1: 2 parameters, %s" % (big, big)),
+        ("pending", 2, "rank 0 gathers unit 'b' (#1: 2 parameters, %s while rank 1 gathers unit 'a' (#1: 2 parameters, %s" % (big, big)),
+        ("pending_small", 2, "rank 0 gathers unit 'b' (#1: 2 parameters, 48 bytes per rank, float32) while rank 1 gathers unit 'a' (#1: 2 parameters, 48 bytes per rank, float32)"),
         ("three", 3, "rank 0 gathers unit 'a' (#1: 2 parameters, 1.5 KiB per rank, float32) while rank 2 gathers unit 'b' (#1: 2 parameters, 1.5 KiB per rank, float32)"),
     ]
     for scenario, world, sides in cases:
@@ -124,7 +136,8 @@ def main():
         if scenario == "split" and all(res.ok for res in results):
             t.check(all(res.value.get("start_returned") for res in results), "split: all_gather_start returns, the wait raises")
     return t.finish("W=2/3: different units, sizes, tiny payloads, an agreement against a gather, the split "
-                    "form, a skipped collective: one divergence error on every rank naming both sides, in seconds")
+                    "form, a skipped collective, a start not waited yet: one divergence error on every rank "
+                    "naming both sides, in seconds")
 
 
 if __name__ == "__main__":
