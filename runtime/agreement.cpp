@@ -2,10 +2,10 @@
 //
 // rank-uniform-control-flow (passes/) makes every rank run a data-dependent loop while ANY
 // rank continues: before the loop the ranks agree on whether any enters, and at the end of
-// each iteration on whether any goes on. Each agreement is one all-gather of 8 bytes per rank
-// through the backend of `like`'s device (a parameter of a unit the loop gathers, so a CUDA job
-// agrees over NCCL and a CPU job over Gloo, the same on every rank); at world size 1 there is
-// nothing to exchange.
+// each iteration on whether any goes on. Each agreement is one all-gather through the backend of
+// `like`'s device (a parameter of a unit the loop gathers, so a CUDA job agrees over NCCL and a
+// CPU job over Gloo, the same on every rank): the fingerprint envelope (envelope.h, 512 bytes
+// per rank) with the 8-byte flag inside. At world size 1 there is nothing to exchange.
 #include <torch/library.h>
 
 #include <ATen/ATen.h>
@@ -13,34 +13,62 @@
 #include <algorithm>
 #include <cstring>
 
-#include "unshard_state.h"
+#include "collective_order.h"
+#include "envelope.h"
+#include "errors.h"
 #include "process_group.h"
+#include "unshard_state.h"
 
 namespace fsdp_opt {
 namespace runtime {
 namespace {
 
-// Every rank's value, in rank order.
+// Every rank's value, in rank order. The value rides in the collective's envelope
+// (envelope.h): one collective that also checks every rank is at the same collective, so a rank
+// that agrees while another gathers fails with the fingerprint error instead of pairing an
+// agreement with a gather.
 std::vector<int64_t> exchange(int64_t value, const at::Tensor& like, const char* op) {
   detail::countAgreement();
   detail::GroupInfo group = detail::ensureGroup();
   if (group.world == 1) return {value};
   auto backend = detail::backendFor(like.device(), op);
+  fingerprint::Identity identity;
+  identity.kind = fingerprint::Kind::kAgreement;
+  identity.unit = op;
+  identity.payloadBytes = sizeof(value);
+  identity.numTensors = 1;
+  identity.layoutHash = fingerprint::LayoutHash().add(op).add(identity.payloadBytes).value();
+  identity.dtypes = "int64";
   at::Tensor mine = at::empty({static_cast<int64_t>(sizeof(value))}, at::kByte);
   std::memcpy(mine.data_ptr(), &value, sizeof(value));
-  at::Tensor input = mine.to(like.device());
-  at::Tensor output = at::empty({group.world * static_cast<int64_t>(sizeof(value))},
-                                at::TensorOptions().dtype(at::kByte).device(like.device()));
-  backend->allGatherBytesAsync(input, output)->wait();
-  at::Tensor all = output.cpu();
   std::vector<int64_t> values(group.world);
-  std::memcpy(values.data(), all.data_ptr(), values.size() * sizeof(value));
+  try {
+    std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
+    detail::Envelope envelope(backend, like.device(), identity, mine);
+    envelope.finish(values.data());
+  } catch (const std::exception& e) {
+    const ErrorKind kind = detail::kindOr(e, ErrorKind::kPeerLost);
+    if (kind == ErrorKind::kDivergence) {
+      detail::raise(kind, c10::str(op, ": ", detail::describeException(e)));
+    }
+    detail::raise(kind, c10::str(op, ": agreement on backend ", backend->name(), " failed on rank ",
+                                 group.rank, " of ", group.world,
+                                 "; a peer may have died or runs a different program: ",
+                                 detail::describeException(e)));
+  }
   return values;
 }
 
 bool rankAnyOp(bool flag, at::Tensor like) {
-  auto flags = exchange(flag ? 1 : 0, like, "fsdp::rank_any");
-  return std::any_of(flags.begin(), flags.end(), [](int64_t f) { return f != 0; });
+  // Recorded like every other op (ops.cpp): fsdp-run learns a failure's kind from it.
+  detail::clearLastOpError();
+  try {
+    auto flags = exchange(flag ? 1 : 0, like, "fsdp::rank_any");
+    return std::any_of(flags.begin(), flags.end(), [](int64_t f) { return f != 0; });
+  } catch (const std::exception& e) {
+    detail::setLastOpError(detail::kindOr(e, ErrorKind::kInternal), detail::describeException(e));
+    throw;
+  }
 }
 
 }  // namespace

@@ -43,6 +43,10 @@ std::unique_ptr<PendingCollective> CollectiveBackend::allToAllBytesAsync(const a
   unsupported("all-to-all");
 }
 
+std::unique_ptr<PendingCollective> CollectiveBackend::broadcastBytesAsync(const at::Tensor&, int) {
+  unsupported("broadcasts");
+}
+
 void CollectiveBackend::checkTensorDevice(const c10::Device&, const std::string&) const {}
 
 }  // namespace runtime

@@ -74,6 +74,10 @@ class CollectiveBackend {
   virtual std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input,
                                                                 const at::Tensor& output);
 
+  /// Starts overwriting `buffer` (contiguous uint8, the same size on every rank) on every rank
+  /// with rank `root`'s bytes. Only Gloo has it (module states from one rank, broadcast.cpp).
+  virtual std::unique_ptr<PendingCollective> broadcastBytesAsync(const at::Tensor& buffer, int root);
+
   /// Throws, naming `context`, when this backend cannot serve tensors on `device` (NCCL: one
   /// device per rank). Called for every gather before anything is issued.
   virtual void checkTensorDevice(const c10::Device& device, const std::string& context) const;

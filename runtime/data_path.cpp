@@ -2,9 +2,15 @@
 // by device. See data_path.h.
 #include "data_path.h"
 
+#include <algorithm>
+#include <functional>
+#include <mutex>
+
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
 
+#include "collective_order.h"
+#include "envelope.h"
 #include "errors.h"
 #include "fsdp_opt/runtime.h"
 #include "host_buffer_pool.h"
@@ -44,7 +50,11 @@ class CopyOnlyUnshard final : public PendingUnshard {
 
 // CPU, world size > 1: cast (at::Tensor::to) and pack every shard into one byte buffer, one
 // asynchronous byte all-gather of those buffers on the backend that serves CPU tensors, unpack
-// into the full tensors at finish().
+// into the full tensors at finish(). Ahead of it, the envelope with the gather's fingerprint
+// (envelope.h): issued before the packing, so that its round trip overlaps the copies, and
+// checked before the payload's all-gather is issued. A payload small enough to ride in the
+// envelope needs no all-gather of its own. all_gather_start leaves both the check and the
+// payload to the issuer thread (collective_order.h).
 class HostCollectiveUnshard final : public PendingUnshard {
  public:
   HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
@@ -53,33 +63,67 @@ class HostCollectiveUnshard final : public PendingUnshard {
     // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
     send_ = pooledEmptyCpu({layout_.packedBytes()}, at::kByte);
     recv_ = pooledEmptyCpu({layout_.gatheredBytes()}, at::kByte);
-    {
-      std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
-      std::vector<const void*> src;
-      for (size_t i = 0; i < req.shards.size(); ++i) {
-        at::Tensor s = req.shards[i].detach();
-        if (s.scalar_type() != req.dtypes[i]) s = s.to(req.dtypes[i]);
-        packedSources.push_back(s.contiguous());
-        src.push_back(packedSources.back().data_ptr());
-      }
-      layout::packCpu(layout_, src, send_.data_ptr());
-    }
     // Allocated now, filled at finish(): the memory of a started gather is held from here on
     // (what peak_unsharded_bytes counts).
     for (size_t i = 0; i < req.shards.size(); ++i) {
       fulls_.push_back(pooledEmptyCpu(fullSizes(req.shards[i], req.fullRows[i]), req.dtypes[i]));
     }
-    if (layout_.packedBytes() > 0) {
-      try {
-        collective_ = backend_->allGatherBytesAsync(send_, recv_);
-      } catch (const std::exception& e) {
-        throwCollectiveFailure(context, req.shards.size(), layout_.packedBytes(), backend_->name(),
-                               req.rank, req.world, e);
+    const int64_t bytes = layout_.packedBytes();
+    if (bytes == 0) return;  // nothing to send on any rank: no collective, no fingerprint
+    const fingerprint::Identity identity = gatherIdentity(req, "packed", bytes);
+    auto fail = [&](const std::exception& e) {
+      throwCollectiveFailure(context, req.shards.size(), bytes, backend_->name(), req.rank,
+                             req.world, e);
+    };
+    std::unique_lock<std::mutex> order;
+    try {
+      order = lockCollectiveOrder();  // raises an earlier start's failure nobody took yet
+    } catch (const std::exception& e) {
+      fail(e);
+    }
+    const bool fits = bytes <= kEnvelopeInlineBytes;
+    if (fits) pack(req);  // the payload rides in the envelope: one collective
+    std::unique_ptr<Envelope> envelope;
+    try {
+      envelope = std::make_unique<Envelope>(backend_, req.device, identity, fits ? send_ : at::Tensor());
+    } catch (const std::exception& e) {
+      fail(e);
+    }
+    if (!fits) pack(req);  // while the envelope is on its way
+    if (req.asyncStart) {
+      // The issuer thread checks the envelope (and issues a payload that did not fit); it drops
+      // its copies of the buffers right after, and this unshard keeps its own until finish(),
+      // so they go back to the pool here, not on that thread.
+      std::function<std::unique_ptr<PendingCollective>()> issue = [recv = recv_] {
+        return std::unique_ptr<PendingCollective>();
+      };
+      if (!fits) {
+        issue = [backend = backend_, send = send_, recv = recv_] {
+          return backend->allGatherBytesAsync(send, recv);
+        };
       }
+      deferred_ = issueAfter(order, std::move(envelope), fits ? recv_.data_ptr() : nullptr,
+                             std::move(issue));
+      return;
+    }
+    if (fits) {
+      try {
+        envelope->finish(recv_.data_ptr());
+      } catch (const std::exception& e) {
+        fail(e);
+      }
+      return;
+    }
+    try {
+      envelope->finish();
+      collective_ = backend_->allGatherBytesAsync(send_, recv_);
+    } catch (const std::exception& e) {
+      fail(e);
     }
   }
 
   void finish() override {
+    if (deferred_) collective_ = takeDeferred();
     if (collective_) {
       auto c = std::move(collective_);
       c->wait();
@@ -92,6 +136,10 @@ class HostCollectiveUnshard final : public PendingUnshard {
   }
 
   void abandon() noexcept override {
+    try {
+      if (deferred_) collective_ = takeDeferred();
+    } catch (...) {
+    }
     try {
       if (collective_) {
         auto c = std::move(collective_);
@@ -107,6 +155,23 @@ class HostCollectiveUnshard final : public PendingUnshard {
   int64_t bytesPerRank() const override { return layout_.packedBytes(); }
 
  private:
+  void pack(const UnshardRequest& req) {
+    std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
+    std::vector<const void*> src;
+    for (size_t i = 0; i < req.shards.size(); ++i) {
+      at::Tensor s = req.shards[i].detach();
+      if (s.scalar_type() != req.dtypes[i]) s = s.to(req.dtypes[i]);
+      packedSources.push_back(s.contiguous());
+      src.push_back(packedSources.back().data_ptr());
+    }
+    layout::packCpu(layout_, src, send_.data_ptr());
+  }
+
+  std::unique_ptr<PendingCollective> takeDeferred() {
+    auto d = std::move(deferred_);
+    return d->take();
+  }
+
   static std::vector<layout::ParamSpec> specsOf(const UnshardRequest& req) {
     std::vector<layout::ParamSpec> specs;
     for (size_t i = 0; i < req.shards.size(); ++i) {
@@ -119,6 +184,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
   std::shared_ptr<CollectiveBackend> backend_;
   at::Tensor send_;
   at::Tensor recv_;
+  std::shared_ptr<DeferredCollective> deferred_;  // all_gather_start: the issuer thread's part
   std::unique_ptr<PendingCollective> collective_;
 };
 
@@ -166,6 +232,42 @@ std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
   throwNoDevicePath(request.device, context);
 }
 
+std::string dtypeName(at::ScalarType dtype) {
+  switch (dtype) {
+    case at::kFloat: return "float32";
+    case at::kDouble: return "float64";
+    case at::kHalf: return "float16";
+    case at::kBFloat16: return "bfloat16";
+    case at::kLong: return "int64";
+    case at::kInt: return "int32";
+    case at::kShort: return "int16";
+    case at::kChar: return "int8";
+    case at::kByte: return "uint8";
+    case at::kBool: return "bool";
+    default: return c10::toString(dtype);
+  }
+}
+
+fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* layout,
+                                     int64_t payloadBytes) {
+  fingerprint::Identity id;
+  id.kind = fingerprint::Kind::kGather;
+  id.unit = request.unit;
+  id.payloadBytes = payloadBytes;
+  id.numTensors = static_cast<int64_t>(request.shards.size());
+  fingerprint::LayoutHash hash;
+  hash.add(layout);
+  std::vector<std::string> names;
+  for (size_t i = 0; i < request.shards.size(); ++i) {
+    const std::string name = dtypeName(request.dtypes[i]);
+    hash.add(request.fullRows[i]).add(rowBytesAs(request.shards[i], request.dtypes[i])).add(name);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  }
+  id.layoutHash = hash.value();
+  for (const std::string& n : names) id.dtypes += (id.dtypes.empty() ? "" : "+") + n;
+  return id;
+}
+
 int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
   int64_t n = static_cast<int64_t>(c10::elementSize(dtype));
   for (int64_t d = 1; d < t.dim(); ++d) n *= t.size(d);
@@ -181,6 +283,9 @@ std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
 void throwCollectiveFailure(const std::string& context, size_t numParams, int64_t bytesPerRank,
                             const std::string& backend, int rank, int world,
                             const std::exception& cause) {
+  if (kindOr(cause, ErrorKind::kNone) == ErrorKind::kDivergence) {
+    raise(ErrorKind::kDivergence, c10::str(context, ": ", describeException(cause)));
+  }
   raise(kindOr(cause, ErrorKind::kPeerLost),
         c10::str(context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
                  " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,

@@ -28,6 +28,7 @@
 #include <c10/core/ScalarType.h>
 
 #include "collective_backend.h"
+#include "fingerprint.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -43,7 +44,21 @@ struct UnshardRequest {
   c10::Device device{c10::kCPU};
   int rank = 0;
   int world = 1;
+  /// The unit (or the merged units) being gathered: part of the collective's fingerprint.
+  std::string unit;
+  /// all_gather_start: starting the unshard must not wait for the peers (the payload's collective
+  /// goes out once the fingerprints cleared, from the issuer thread: collective_order.h).
+  bool asyncStart = false;
 };
+
+/// The fingerprint identity of `request`'s collective: the unit, `payloadBytes` per rank, and a
+/// layout hash over every group's rows, row bytes and gathered dtype plus `layout` (how the
+/// backend lays them out: "packed", "per-param"; ranks laying out differently diverge too).
+fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* layout,
+                                     int64_t payloadBytes);
+
+/// "float32", "bfloat16", "int64": torch's names of a dtype.
+std::string dtypeName(at::ScalarType dtype);
 
 /// What a gather that finds a group already gathered (a nested gather) must do before its
 /// caller may use the group's full storage: on CUDA, the caller's current stream, which may not
@@ -111,7 +126,8 @@ const DevicePath* devicePathFor(const c10::Device& device);
 
 /// Throws the runtime's error for a collective that failed or timed out:
 /// "CONTEXT: all-gather of N parameters (B bytes per rank) on backend NAME failed on rank R of W;
-/// a peer may have died or runs a different program: <cause>".
+/// a peer may have died or runs a different program: <cause>". A fingerprint mismatch (kind
+/// divergence) is not a failure of the collective: it becomes "CONTEXT: <its message>".
 [[noreturn]] void throwCollectiveFailure(const std::string& context, size_t numParams,
                                          int64_t bytesPerRank, const std::string& backend,
                                          int rank, int world, const std::exception& cause);

@@ -14,7 +14,8 @@ struct KindName {
 
 constexpr KindName kKindNames[] = {
     {ErrorKind::kNone, "none"},         {ErrorKind::kBadInput, "bad-input"},
-    {ErrorKind::kMismatch, "mismatch"}, {ErrorKind::kPeerLost, "peer-lost"},
+    {ErrorKind::kMismatch, "mismatch"}, {ErrorKind::kDivergence, "divergence"},
+    {ErrorKind::kPeerLost, "peer-lost"},
     {ErrorKind::kTimeout, "timeout"},   {ErrorKind::kPeerFailed, "peer-failed"},
     {ErrorKind::kBackend, "backend"},   {ErrorKind::kInternal, "internal"},
     {ErrorKind::kModel, "model"},

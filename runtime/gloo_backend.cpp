@@ -18,6 +18,7 @@
 
 #include <c10/util/Exception.h>
 
+#include "envelope.h"
 #include "environment.h"
 #include "errors.h"
 
@@ -182,6 +183,21 @@ class GlooBackend final : public CollectiveBackend {
     return pending;
   }
 
+  std::unique_ptr<PendingCollective> broadcastBytesAsync(const at::Tensor& buffer,
+                                                         int root) override {
+    FSDP_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.is_contiguous() &&
+                   buffer.device().is_cpu() && root >= 0 && root < size_,
+               ErrorKind::kInternal, "backend gloo: broadcastBytes needs a contiguous 1-d CPU "
+               "uint8 buffer and a root rank below ", size_);
+    c10d::BroadcastOptions opts;
+    opts.rootRank = root;
+    opts.timeout = options().timeout;
+    auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{buffer}, options().timeout);
+    std::vector<at::Tensor> tensors{borrowed(buffer, 0, buffer.numel())};
+    pending->add(pg_->broadcast(tensors, opts));
+    return pending;
+  }
+
  private:
   int rank_;
   int size_;
@@ -194,6 +210,8 @@ bool isLoopback(const std::string& addr) {
 }
 
 }  // namespace
+
+bool detail::glooBuilt() { return true; }
 
 GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
   GlooBackendOptions options;

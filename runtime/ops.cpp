@@ -79,8 +79,7 @@ void reshardOp(std::vector<at::Tensor> params, std::string unit) {
 void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
   recorded([&] {
     detail::checkRank(rank, worldSize, manifestSha256);
-    // Every entry method starts here: the first thing after a backward that raised.
-    detail::finishAbandonedBackward();
+    detail::startEntryCall();
   });
 }
 

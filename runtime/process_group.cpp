@@ -39,7 +39,13 @@ struct GroupState {
   bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
+  std::map<std::string, int64_t> storeExchangeRounds;  // per topic (exchangeThroughStore)
+  uint64_t collectiveSequence = 0;  // the last collective's number (fingerprints)
+  uint64_t generation = 0;
 };
+
+// Groups initialised by this process so far (GroupState::generation).
+uint64_t g_generations = 0;
 
 std::mutex& groupMutex() {
   static std::mutex m;
@@ -93,6 +99,9 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
   st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
+  st.storeExchangeRounds.clear();
+  st.collectiveSequence = 0;
+  st.generation = ++g_generations;
 }
 
 void initFromEnvLocked(GroupState& st) {
@@ -177,6 +186,17 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
   }
   backend->checkTensorDevice(device, context);
   return backend;
+}
+
+uint64_t nextCollectiveSequence() {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  return ++ensureLocked().collectiveSequence;
+}
+
+StoreAccess groupStore() {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  GroupState& st = ensureLocked();
+  return StoreAccess{st.store, st.generation, st.timeout, st.info.rank, st.info.world};
 }
 
 // What a rank whose file does not fit the process group publishes in place of its hash.
@@ -281,6 +301,45 @@ void destroyProcessGroup() {
   // Destroyed outside the lock: Gloo joins its threads; NCCL finalizes its communicator.
   backends.clear();
   store.reset();
+}
+
+std::vector<std::string> exchangeThroughStore(const std::string& topic, const std::string& mine) {
+  c10::intrusive_ptr<c10d::Store> store;
+  std::string prefix;
+  int rank = 0;
+  int world = 1;
+  std::chrono::milliseconds timeout{0};
+  {
+    std::lock_guard<std::mutex> lock(detail::groupMutex());
+    detail::GroupState& st = detail::ensureLocked();
+    if (st.info.world == 1) return {mine};
+    // Rounds per topic: every rank running the same program exchanges the same topics in the
+    // same order, so the n-th exchange of a topic meets the peers' n-th.
+    prefix = "exchange/" + topic + "/" + std::to_string(st.storeExchangeRounds[topic]++) + "/";
+    store = st.store;
+    rank = st.info.rank;
+    world = st.info.world;
+    timeout = st.timeout;
+  }
+  std::vector<std::string> all(static_cast<size_t>(world));
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    store->set(prefix + std::to_string(rank), std::vector<uint8_t>(mine.begin(), mine.end()));
+    for (int r = 0; r < world; ++r) {
+      if (r == rank) {
+        all[static_cast<size_t>(r)] = mine;
+        continue;
+      }
+      const std::vector<uint8_t> v = store->get(prefix + std::to_string(r));
+      all[static_cast<size_t>(r)] = std::string(v.begin(), v.end());
+    }
+  } catch (const std::exception& e) {
+    detail::raise(detail::waitFailureKind(started, timeout),
+                  c10::str("fsdp: exchanging '", topic, "' through the store failed within ",
+                           timeout.count() / 1000.0, " s; a peer may have died or not reached it: ",
+                           detail::describeException(e)));
+  }
+  return all;
 }
 
 bool isProcessGroupInitialized() {

@@ -8,6 +8,7 @@
 #include <string>
 
 #include <c10/core/Device.h>
+#include <c10/util/intrusive_ptr.h>
 
 #include "collective_backend.h"
 
@@ -33,6 +34,21 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
 /// fsdp::check_rank: rank/world against the group, then (once per distinct hash) the manifest
 /// hash of every rank through the store.
 void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256);
+
+/// The number of this process's next collective in the current group, from 1 (a fingerprint's
+/// sequence number, fingerprint.h). Every rank running the same program counts the same.
+uint64_t nextCollectiveSequence();
+
+/// The group's store and what keys in it need, for exchanges that are not collectives (the
+/// descriptions behind a fingerprint mismatch, envelopes without a host backend).
+struct StoreAccess {
+  c10::intrusive_ptr<c10d::Store> store;  // null at world size 1
+  uint64_t generation = 0;  // how many groups this process has initialised: keeps keys apart
+  std::chrono::milliseconds timeout{0};
+  int rank = 0;
+  int world = 1;
+};
+StoreAccess groupStore();
 
 /// FSDP_OPT_TIMEOUT_S parsed (throws on a malformed value); 300 s when unset.
 std::chrono::milliseconds timeoutFromEnv();

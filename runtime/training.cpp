@@ -34,13 +34,18 @@
 #include <torch/csrc/autograd/function_hook.h>
 #include <torch/csrc/autograd/variable.h>
 
+#include <functional>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
 
+#include "collective_order.h"
+#include "data_path.h"
+#include "envelope.h"
 #include "errors.h"
+#include "fingerprint.h"
 #include "fsdp_opt/runtime.h"
 #include "process_group.h"
 #include "shard_layout.h"
@@ -97,6 +102,7 @@ struct TrainingState {
   // The calls hooked in forward, in order, for backward prefetching: held weakly, they die with
   // the graph whose outputs hold their hooks.
   std::vector<std::weak_ptr<UnitCall>> calls;
+  uint64_t forwards = 0;  // entry method calls so far (startEntryCall)
 };
 
 std::mutex& trainingMutex() {
@@ -116,12 +122,54 @@ at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
   return sum;
 }
 
-// Raises the failure of a gradient collective with what it was for.
-[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const at::Tensor& grad,
+// Raises the failure of a gradient collective with what it was for (`what`: "the gradients of 3
+// parameters (...)"). A fingerprint mismatch keeps its own message, which names both sides.
+[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const std::string& what,
                                         const GroupInfo& group, const CollectiveBackend& backend) {
-  raise(kindOr(e, ErrorKind::kBackend),
-        c10::str(ctx, ": reducing a gradient of ", grad.sizes(), " over ", group.world, " ranks on backend ",
-                 backend.name(), " failed: ", describeException(e)));
+  const ErrorKind kind = kindOr(e, ErrorKind::kBackend);
+  if (kind == ErrorKind::kDivergence) raise(kind, c10::str(ctx, ": ", describeException(e)));
+  raise(kind, c10::str(ctx, ": reducing ", what, " over ", group.world, " ranks on backend ", backend.name(),
+                       " failed (did every rank call backward()?): ", describeException(e)));
+}
+
+// Issues a collective of backward behind its fingerprint envelope (envelope.h) under the
+// collective order (collective_order.h), then waits for it: a prefetch started earlier goes out
+// first, and ranks whose backwards differ fail with the divergence error instead of pairing
+// this collective with another of the same size.
+void issueFingerprinted(const fingerprint::Identity& identity, const c10::Device& device,
+                        const std::shared_ptr<CollectiveBackend>& backend, const std::string& ctx,
+                        const std::function<std::unique_ptr<PendingCollective>()>& issue) {
+  std::unique_ptr<PendingCollective> pending;
+  {
+    std::unique_lock<std::mutex> order = lockCollectiveOrder();
+    if (device.is_cpu()) {
+      Envelope envelope(backend, device, identity, at::Tensor());
+      envelope.finish();
+    } else {
+      exchangeHostEnvelope(identity, ctx);  // reading a device envelope would sync with the GPU
+    }
+    pending = issue();
+  }
+  pending->wait();
+}
+
+fingerprint::Identity gradientIdentity(const std::string& what, const std::vector<at::Tensor>& grads,
+                                       int64_t payloadBytes) {
+  fingerprint::Identity id;
+  id.kind = fingerprint::Kind::kGradients;
+  id.unit = what;
+  id.payloadBytes = payloadBytes;
+  id.numTensors = static_cast<int64_t>(grads.size());
+  fingerprint::LayoutHash hash;
+  hash.add("gradients");
+  for (const at::Tensor& g : grads) {
+    for (int64_t d : g.sizes()) hash.add(d);
+    const std::string name = dtypeName(g.scalar_type());
+    hash.add(name);
+    if (id.dtypes.find(name) == std::string::npos) id.dtypes += (id.dtypes.empty() ? "" : "+") + name;
+  }
+  id.layoutHash = hash.value();
+  return id;
 }
 
 // Reduces a unit's full gradients to this rank's rows of their mean over the ranks, in ONE
@@ -154,13 +202,20 @@ std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
   at::Tensor received = at::empty_like(send);
   const std::string ctx = "backward of unit '" + batch.unit + "'";
   auto backend = backendFor(send.device(), ctx);
+  std::vector<at::Tensor> fulls;
+  for (const PendingGrad& g : batch.grads) fulls.push_back(g.full);
+  const fingerprint::Identity identity =
+      gradientIdentity("unit '" + batch.unit + "'", fulls, static_cast<int64_t>(send.nbytes()));
   try {
-    backend->allToAllBytesAsync(send.view({-1}).view(at::kByte), received.view({-1}).view(at::kByte))->wait();
+    at::Tensor in = send.view({-1}).view(at::kByte);
+    at::Tensor out = received.view({-1}).view(at::kByte);
+    issueFingerprinted(identity, send.device(), backend, ctx,
+                       [&] { return backend->allToAllBytesAsync(in, out); });
   } catch (const std::exception& e) {
-    raise(kindOr(e, ErrorKind::kBackend),
-          c10::str(ctx, ": reducing the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
-                   " elements per rank) over ", w, " ranks on backend ", backend->name(),
-                   " failed (did every rank call backward()?): ", describeException(e)));
+    raiseReductionFailure(e, ctx,
+                          c10::str("the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
+                                   " elements per rank)"),
+                          group, *backend);
   }
   countGradReduction();
   int64_t offset = 0;
@@ -300,6 +355,7 @@ struct UnitCall {
   int64_t bytes = 0;        // the unit's full bytes (aliases once)
   int64_t budget = -1;      // --max-unsharded-bytes of the program (-1: none)
   size_t index = 0;         // in TrainingState::calls
+  uint64_t forward = 0;     // TrainingState::forwards when the call was made
   bool gathered = false;    // backward reached the call's outputs and gathered the unit
   bool inputsDone = false;  // backward went past the call's inputs
   int64_t prefetch = 0;     // the handle of its gather, started ahead by backward (0: none)
@@ -365,7 +421,9 @@ std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call)
 [[noreturn]] void raiseBackwardGatherFailure(const std::string& unit, const std::exception& e) {
   // Every rank that runs this backward gathers here; a rank that skipped backward() (or ran
   // another program) is the usual cause of a timeout.
-  raise(kindOr(e, ErrorKind::kBackend),
+  const ErrorKind kind = kindOr(e, ErrorKind::kBackend);
+  if (kind == ErrorKind::kDivergence) raise(kind, c10::str("backward of unit '", unit, "': ", describeException(e)));
+  raise(kind,
         c10::str("backward of unit '", unit, "': gathering it again failed (did every rank call backward()?): ",
                  describeException(e)));
 }
@@ -387,7 +445,7 @@ void waitPrefetchesOfLocked(const std::string& unit) {
   }
 }
 
-// Starts the gather of the call before `call` in forward order, the one backward reaches next
+// Starts the gather of the call before `call` in the same forward, the one backward reaches next
 // (FSDP2's backward prefetch), when it fits: with what is unsharded now, within the program's
 // --max-unsharded-bytes (a constant of its IR; always, without one). The bytes unsharded now are
 // a function of the program too, so every rank decides alike and issues the same collectives in
@@ -396,7 +454,7 @@ void prefetchBeforeLocked(const UnitCall& call) {
   for (size_t j = call.index; j-- > 0;) {
     std::shared_ptr<UnitCall> c = j < state().calls.size() ? state().calls[j].lock() : nullptr;
     if (!c) continue;
-    if (c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
+    if (c->forward != call.forward || c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
     if (call.budget >= 0 && unshardedBytesNow() + c->bytes > call.budget) return;
     try {
       c->prefetch = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
@@ -502,6 +560,7 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
       calls.swap(live);
     }
     call->index = calls.size();
+    call->forward = state().forwards;
     calls.push_back(call);
   }
   bool frozen = false;
@@ -549,10 +608,15 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
       auto backend = backendFor(grad.device(), ctx);
       at::Tensor mine = grad.contiguous();
       at::Tensor all = at::empty({group.world * mine.numel()}, mine.options());
+      const fingerprint::Identity identity =
+          gradientIdentity("a replicated parameter", {mine}, static_cast<int64_t>(mine.nbytes()));
       try {
-        backend->allGatherBytesAsync(mine.view({-1}).view(at::kByte), all.view(at::kByte))->wait();
+        at::Tensor in = mine.view({-1}).view(at::kByte);
+        at::Tensor out = all.view(at::kByte);
+        issueFingerprinted(identity, grad.device(), backend, ctx,
+                           [&] { return backend->allGatherBytesAsync(in, out); });
       } catch (const std::exception& e) {
-        raiseReductionFailure(e, ctx, grad, group, *backend);
+        raiseReductionFailure(e, ctx, c10::str("a gradient of ", grad.sizes()), group, *backend);
       }
       countGradReduction();
       std::vector<at::Tensor> parts;
@@ -563,6 +627,12 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
 }
 
 }  // namespace
+
+void startEntryCall() {
+  finishAbandonedBackward();
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  ++state().forwards;
+}
 
 void finishAbandonedBackward() {
   std::lock_guard<std::mutex> lock(trainingMutex());

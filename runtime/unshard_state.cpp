@@ -356,7 +356,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
 // ---- issue / commit / drop ------------------------------------------------------------------
 
 std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group>> fresh,
-                                const std::string& ctx, const GroupInfo& group) {
+                                const std::string& ctx, const GroupInfo& group, bool asyncStart) {
   const c10::Device device = fresh.front()->params.front().device();
   for (size_t gi = 1; gi < fresh.size(); ++gi) {
     FSDP_CHECK(fresh[gi]->params.front().device() == device, ErrorKind::kBadInput, ctx,
@@ -367,6 +367,8 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group
   req.device = device;
   req.rank = group.rank;
   req.world = group.world;
+  req.unit = fresh.front()->unit;
+  req.asyncStart = asyncStart;
   for (const auto& g : fresh) {
     g->shards.clear();
     for (const at::Tensor& p : g->params) g->shards.push_back(p.detach());
@@ -461,7 +463,7 @@ void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
   }
   std::vector<std::shared_ptr<Group>> counted = c.known;
   if (!c.fresh.empty()) {
-    std::unique_ptr<InFlight> f = issue(reg, c.fresh, ctx, group);
+    std::unique_ptr<InFlight> f = issue(reg, c.fresh, ctx, group, /*asyncStart=*/false);
     commit(reg, *f, ctx);
     counted.insert(counted.end(), f->groups.begin(), f->groups.end());
   }
@@ -502,7 +504,7 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
   h.paramDtype = paramDtype;
   const int64_t id = reg.nextHandle++;
   if (!c.fresh.empty()) {
-    h.inflight = issue(reg, std::move(c.fresh), ctx, group);
+    h.inflight = issue(reg, std::move(c.fresh), ctx, group, /*asyncStart=*/true);
     markInFlight(reg, *h.inflight, id);
     reg.stats.in_flight += 1;
     reg.stats.in_flight_peak = std::max(reg.stats.in_flight_peak, reg.stats.in_flight);

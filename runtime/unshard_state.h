@@ -39,6 +39,11 @@ void countGradReduction();
 /// After a backward that raised (training.cpp): lets go of what it gathered, waits for the
 /// gathers it started ahead, and gives the parameters back the .grad they had. A no-op otherwise.
 void finishAbandonedBackward();
+/// Every entry method starts here (check_rank): finishAbandonedBackward(), and a new forward for
+/// backward prefetch, which starts gathers only of calls of the forward that made the call it
+/// gathers (an older forward's graph kept alive is not part of this backward, and which graphs
+/// a rank keeps may depend on its data).
+void startEntryCall();
 /// The bytes unsharded now (stats' unsharded_bytes, which reset_stats keeps).
 int64_t unshardedBytesNow();
 

@@ -64,9 +64,27 @@ struct ModuleSource {
 void writeOutput(TransformResult& result, const PipelineOptions& options, const std::string& output,
                  const ModuleSource& source = {});
 
+// What shardForRank does about ranks whose modules hold different values (ranks that built the
+// model without a common seed would otherwise each keep their rows of a different model).
+enum class ModuleStates {
+  // Every rank compares a SHA-256 of each of its parameters and buffers with every other rank's
+  // (through the process group's store); a difference is an error naming the first differing
+  // tensor. The default.
+  kCheck,
+  // Take rank 0's values, as FSDP1's sync_module_states=True: the tensors that differ are
+  // broadcast from rank 0 (one collective); equal ones cost only their hash.
+  kSyncFromRank0,
+};
+
 // In-process sharding without files: replaces the parameters of every unit group in
 // `result.module` by rank `rank`'s shards, and sets the rank attributes, as the rank file
-// for that rank would hold them.
-void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank);
+// for that rank would hold them. When the runtime's process group is the job of `rank` (world
+// size options.worldSize > 1, this process rank `rank`; initialised from torchrun's environment
+// if needed), every rank must call it: the ranks' module states are first checked, or synced,
+// as `states` says (docs/runtime.md, "Ranks that start from different weights"). A process
+// outside such a job (inspecting a rank's shards) skips the check; kSyncFromRank0 is then an
+// error.
+void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank,
+                  ModuleStates states = ModuleStates::kCheck);
 
 }  // namespace fsdp_opt

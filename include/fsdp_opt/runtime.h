@@ -62,6 +62,19 @@ bool isProcessGroupInitialized();
 int rank();
 int worldSize();
 
+/// Every rank's `mine`, in rank order, exchanged through the process group's store: no
+/// collective, so no fingerprint and no ordering with the gathers (initialising the group from
+/// the environment first if needed). `topic` keeps exchanges apart: the n-th exchange of a topic
+/// on one rank meets the n-th on the others. At world size 1: {mine}. A peer that never takes
+/// part fails it after the timeout (kind timeout; peer-lost when the store went away first).
+std::vector<std::string> exchangeThroughStore(const std::string& topic, const std::string& mine);
+
+/// Overwrites the `bytes` bytes at `data` (host memory) on every rank with rank `root`'s: one
+/// broadcast over the CPU backend (Gloo), behind its fingerprint envelope like every collective
+/// of the runtime; `what` names it in a divergence error ("module states from rank 0"). Every
+/// rank must call it with the same size. World size 1: nothing to do.
+void broadcastBytes(void* data, int64_t bytes, int root, const std::string& what);
+
 /// Waits for and drops every gather started by all_gather_start and not waited yet, then
 /// reshards every gathered parameter and resets every count (what fsdp::release_all does).
 void releaseAll();
@@ -73,7 +86,8 @@ void releaseAll();
 enum class ErrorKind {
   kNone,        // no failure
   kBadInput,    // this rank's arguments, model file, build or environment are wrong
-  kMismatch,    // the ranks disagree: rank files of different fsdp-opt runs
+  kMismatch,    // the ranks disagree: rank files of different fsdp-opt runs, different weights
+  kDivergence,  // the ranks issue different collectives (their collective fingerprints differ)
   kPeerLost,    // a peer went away: a collective, rendezvous or store exchange failed early
   kTimeout,     // a wait ran for the whole FSDP_OPT_TIMEOUT_S
   kPeerFailed,  // a peer reported a failure of its own (its wrong file, no NCCL unique id)
@@ -82,8 +96,8 @@ enum class ErrorKind {
   kModel,       // not raised by the runtime: the model raised, or a non-fsdp op failed
 };
 
-/// The kind's name: "none", "bad-input", "mismatch", "peer-lost", "timeout", "peer-failed",
-/// "backend", "internal", "model".
+/// The kind's name: "none", "bad-input", "mismatch", "divergence", "peer-lost", "timeout",
+/// "peer-failed", "backend", "internal", "model".
 const char* errorKindName(ErrorKind kind);
 /// The kind named `name` (errorKindName's spelling); false when there is none.
 bool parseErrorKind(const std::string& name, ErrorKind* kind);

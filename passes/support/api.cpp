@@ -4,6 +4,7 @@
 #include <fsdp_opt/passes.h>
 
 #include "fsdp_ops.h"
+#include "module_states.h"
 #include "module_tree.h"
 
 #include <sstream>
@@ -72,16 +73,22 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
   }
 }
 
-void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank) {
+void shardForRank(TransformResult& result, const PipelineOptions& options, int64_t rank,
+                  ModuleStates states) {
   const FsdpPlan& plan = planOf(result, "shard");
   if (rank < 0 || rank >= options.worldSize) {
     throw std::runtime_error("rank " + std::to_string(rank) + " is outside world size " +
                              std::to_string(options.worldSize));
   }
+  // Before any row is cut: a rank's rows of another rank's model would mix the two silently.
+  const StateReplacements synced = agreeOnModuleStates(result.module, rank, options.worldSize, states);
+  applyStateReplacements(result.module, synced);
   ModuleIndex index(result.module);
   for (const auto& unit : plan.units) {
     for (const auto& param : unit.params) {
-      at::Tensor shard = makeShard(param.tensor, rank, options.worldSize);
+      auto replaced = synced.find(param.tensor.unsafeGetTensorImpl());
+      const at::Tensor& full = replaced == synced.end() ? param.tensor : replaced->second;
+      at::Tensor shard = makeShard(full, rank, options.worldSize);
       for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, shard);
     }
   }

@@ -42,11 +42,14 @@ std::vector<std::string> statisticsLines(const TransformResult& result) {
 }
 
 std::tuple<c10::IValue, std::vector<std::string>, std::vector<std::string>> transformOp(
-    c10::IValue module, std::vector<std::string> optionItems, int64_t rank, std::vector<std::string> passes) {
+    c10::IValue module, std::vector<std::string> optionItems, int64_t rank, std::vector<std::string> passes,
+    bool syncModuleStates) {
   PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<std::string> lines = checkedDiagnostics(result);
-  if (rank >= 0) shardForRank(result, options, rank);
+  if (rank >= 0) {
+    shardForRank(result, options, rank, syncModuleStates ? ModuleStates::kSyncFromRank0 : ModuleStates::kCheck);
+  }
   return {result.module._ivalue(), lines, statisticsLines(result)};
 }
 
@@ -78,7 +81,10 @@ void loadPluginOp(std::string path) {
 TORCH_LIBRARY(fsdp_opt, m) {
   // `options`: "--name=value" items, the flags of fsdp-opt (include/fsdp_opt/options.h).
   // Both return the diagnostics' lines (warnings, remarks) and the statistics' ("name: value").
-  m.def("transform(Any module, str[] options, int rank, str[] passes) -> (Any, str[], str[])", transformOp);
+  // sync_module_states: rank 0's values where the ranks' modules differ (shardForRank).
+  m.def("transform(Any module, str[] options, int rank, str[] passes, bool sync_module_states=False) "
+        "-> (Any, str[], str[])",
+        transformOp);
   m.def("save(Any module, str[] options, str output, str[] passes) -> (str[], str[])", saveOp);
   m.def("list_passes() -> str[]", listPassesOp);
   m.def("default_pipeline() -> str[]", defaultPipelineOp);

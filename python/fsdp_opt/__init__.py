@@ -329,7 +329,8 @@ def transform(script_module: torch.jit.ScriptModule,
               *,
               unit_types: Optional[Iterable[str]] = None,
               min_unit_params: Optional[int] = None,
-              statistics: Optional[dict] = None) -> torch.jit.ScriptModule:
+              statistics: Optional[dict] = None,
+              sync_module_states: bool = False) -> torch.jit.ScriptModule:
     """Runs fsdp-opt's pipeline in this process and returns the rewritten ScriptModule; the
     input is left as it was (the result shares its parameter tensors until sharded).
 
@@ -345,6 +346,11 @@ def transform(script_module: torch.jit.ScriptModule,
     world_size, rank: with a rank, the units' parameters are replaced by that rank's shards, so
                       the result runs under torchrun with that RANK and WORLD_SIZE. Without one
                       it keeps whole parameters (for world_size 1, or to inspect the rewrite).
+                      Under that job every rank must call it: first the ranks compare a hash of
+                      every parameter and buffer, and a difference (a model built without a
+                      common seed) is an FsdpOptError naming the first differing tensor.
+    sync_module_states: instead of that error, take rank 0's values (FSDP1's keyword): the
+                      tensors that differ are broadcast from rank 0.
     passes:           pass names (list or "a,b,c") instead of the default pipeline.
     max_unsharded_bytes, bucket_bytes: as the command-line flags; None is their default.
     param_dtype:      gather in this dtype (torch.bfloat16/"bf16", torch.float16/"fp16"),
@@ -363,8 +369,13 @@ def transform(script_module: torch.jit.ScriptModule,
         rank = -1
     elif not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
         raise ValueError("rank must be None or an int in [0, %d), got %r" % (world_size, rank))
+    if not isinstance(sync_module_states, bool):
+        raise TypeError("sync_module_states must be a bool, got %r" % (sync_module_states,))
+    if sync_module_states and rank == -1:
+        raise ValueError("sync_module_states=True needs a rank: it takes rank 0's values when sharding for one")
     try:
-        module, lines, counts = torch.ops.fsdp_opt.transform(script_module._c, options, rank, _passes(passes))
+        module, lines, counts = torch.ops.fsdp_opt.transform(script_module._c, options, rank, _passes(passes),
+                                                             sync_module_states)
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
     _report(lines, diagnostics, counts, statistics)

@@ -20,6 +20,8 @@
 #include <c10/util/Exception.h>
 
 #include "../collective_backend.h"
+#include "../collective_order.h"
+#include "../envelope.h"
 #include "../environment.h"
 #include "../errors.h"
 #include "../process_group.h"
@@ -118,6 +120,33 @@ class CudaUnshard final : public PendingUnshard {
       if (collective || req.shards[i].scalar_type() != req.dtypes[i]) work.push_back(i);
     }
     if (work.empty()) return;  // world size 1, no cast: the shards are the full tensors
+
+    // The fingerprint goes first, through the host channel (envelope.h): the host learns that
+    // every rank issues this collective, with the same sizes, before anything is queued and
+    // without waiting for the GPU (an NCCL envelope's result would only reach the host after a
+    // synchronisation). Unlike the CPU path, this makes all_gather_start wait for its peers'
+    // starts: deferring the enqueueing of the kernels to another thread is not worth it here.
+    std::unique_lock<std::mutex> order;
+    if (req.world > 1) {
+      std::vector<layout::ParamSpec> specs;
+      for (size_t i = 0; i < n; ++i) {
+        specs.push_back(layout::ParamSpec{req.fullRows[i], rowBytesAs(req.shards[i], req.dtypes[i])});
+      }
+      const int64_t payload = perParam_ ? layout::ParamMajorLayout(specs, req.world).totalShardBytes()
+                                        : layout::PackLayout(specs, req.world).packedBytes();
+      if (payload > 0) {
+        try {
+          order = lockCollectiveOrder();
+          exchangeHostEnvelope(gatherIdentity(req, perParam_ ? "per-param" : "packed", payload),
+                               context);
+        } catch (const std::exception& e) {
+          throwCollectiveFailure(context, n, payload,
+                                 glooBuilt() ? "gloo (fingerprint envelope)"
+                                             : "store (fingerprint envelope)",
+                                 req.rank, req.world, e);
+        }
+      }
+    }
 
     c10::cuda::CUDAGuard deviceGuard(device_);
     const c10::cuda::CUDAStream caller = c10::cuda::getCurrentCUDAStream(device_.index());

@@ -641,12 +641,14 @@ def scenario_split(torch, rank, world, rep, scratch, timeout):
         b.check_sharded()
     rep.check("split_work_between_start_and_wait", work_between)
 
-    def start_does_not_block():
+    def start_does_not_block(unit_specs, name):
         # Functional proof that start returns before the collective completes: rank 0 starts,
         # then publishes a file; every other rank starts only once it sees that file. A start
         # that waited for its peers would never publish it, and the others would give up.
-        u = Unit(torch, specs, world, rank, seed=66)
-        flag = os.path.join(scratch, "rank0-started")
+        # Small units ride in the fingerprint envelope, larger ones are issued after it by the
+        # issuer thread: neither may wait at the start.
+        u = Unit(torch, unit_specs, world, rank, seed=66)
+        flag = os.path.join(scratch, "rank0-started-" + name)
         if rank == 0:
             h = ops.all_gather_start(u.params, u.full_rows, "nb")
             with open(flag + ".tmp", "w") as f:
@@ -662,7 +664,9 @@ def scenario_split(torch, rank, world, rep, scratch, timeout):
         u.check_full()
         ops.reshard(u.params, "nb")
         u.check_sharded()
-    rep.check("split_start_returns_before_peers_join", start_does_not_block)
+    rep.check("split_start_returns_before_peers_join", lambda: start_does_not_block(specs, "small"))
+    rep.check("split_start_returns_before_peers_join_large",
+              lambda: start_does_not_block([((600, 8), f32), ((600,), f32)], "large"))
 
     def already_gathered():
         u = Unit(torch, specs, world, rank, seed=67)

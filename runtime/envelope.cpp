@@ -1,0 +1,192 @@
+// The envelope ahead of every collective and what a fingerprint mismatch raises. See envelope.h.
+#include "envelope.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include <ATen/ATen.h>
+#include <c10/util/Exception.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include "errors.h"
+#include "host_buffer_pool.h"
+#include "process_group.h"
+
+namespace fsdp_opt {
+namespace runtime {
+namespace detail {
+namespace {
+
+// How long a rank that found a mismatch waits for the other side's description. Every rank
+// found it at the same moment (all have all headers), so the other side's text is normally
+// there within milliseconds; this only bounds a peer that dies in between.
+constexpr std::chrono::milliseconds kDescriptionWait{5000};
+
+std::string storeKey(const char* what, uint64_t generation, uint64_t sequence, int rank) {
+  return std::string(what) + "/" + std::to_string(generation) + "/" + std::to_string(sequence) +
+         "/" + std::to_string(rank);
+}
+
+std::vector<fingerprint::Header> decodeAll(const at::Tensor& all, int world) {
+  std::vector<fingerprint::Header> headers;
+  const auto* base = static_cast<const unsigned char*>(all.data_ptr());
+  for (int r = 0; r < world; ++r) headers.push_back(fingerprint::decode(base + r * kEnvelopeBytes));
+  return headers;
+}
+
+void checkHeaders(const std::vector<fingerprint::Header>& headers, int rank,
+                  const fingerprint::Identity& mine, uint64_t sequence) {
+  if (fingerprint::firstDivergentRank(headers) >= 0) raiseDivergence(headers, rank, mine, sequence);
+}
+
+}  // namespace
+
+Envelope::Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device& device,
+                   const fingerprint::Identity& identity, const at::Tensor& inlinePayload)
+    : identity_(identity), device_(device), backend_(std::move(backend)) {
+  rank_ = backend_->rank();
+  world_ = backend_->size();
+  sequence_ = nextCollectiveSequence();
+  inline_ = inlinePayload.defined();
+  FSDP_CHECK(!inline_ || (inlinePayload.device().is_cpu() && inlinePayload.is_contiguous() &&
+                          inlinePayload.nbytes() == static_cast<size_t>(identity.payloadBytes) &&
+                          identity.payloadBytes <= kEnvelopeInlineBytes),
+             ErrorKind::kInternal, "fsdp: an envelope's inline payload must be a contiguous CPU "
+             "buffer of at most ", kEnvelopeInlineBytes, " bytes");
+  const fingerprint::Header header = fingerprint::headerOf(
+      identity, sequence_, rank_, inline_ ? static_cast<uint64_t>(identity.payloadBytes) : 0);
+  at::Tensor mine = pooledEmptyCpu({kEnvelopeBytes}, at::kByte);
+  auto* bytes = static_cast<unsigned char*>(mine.data_ptr());
+  std::memset(bytes, 0, kEnvelopeBytes);
+  fingerprint::encode(header, bytes);
+  if (inline_ && identity.payloadBytes > 0) {
+    std::memcpy(bytes + fingerprint::kHeaderBytes, inlinePayload.data_ptr(),
+                static_cast<size_t>(identity.payloadBytes));
+  }
+  if (device_.is_cpu()) {
+    send_ = mine;
+    recv_ = pooledEmptyCpu({world_ * kEnvelopeBytes}, at::kByte);
+  } else {
+    send_ = mine.to(device_);
+    recv_ = at::empty({world_ * kEnvelopeBytes}, send_.options());
+  }
+  pending_ = backend_->allGatherBytesAsync(send_, recv_);
+}
+
+Envelope::~Envelope() = default;
+
+void Envelope::finish(void* inlineOut) {
+  if (pending_) {
+    auto p = std::move(pending_);
+    p->wait();
+  }
+  const at::Tensor all = recv_.is_cpu() ? recv_ : recv_.cpu();
+  checkHeaders(decodeAll(all, world_), rank_, identity_, sequence_);
+  if (inline_ && inlineOut != nullptr && identity_.payloadBytes > 0) {
+    const auto* base = static_cast<const unsigned char*>(all.data_ptr());
+    auto* out = static_cast<unsigned char*>(inlineOut);
+    for (int r = 0; r < world_; ++r) {
+      std::memcpy(out + r * identity_.payloadBytes,
+                  base + r * kEnvelopeBytes + fingerprint::kHeaderBytes,
+                  static_cast<size_t>(identity_.payloadBytes));
+    }
+  }
+  send_.reset();
+  recv_.reset();
+}
+
+void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context) {
+  const GroupInfo group = ensureGroup();
+  if (group.world == 1) return;
+  if (glooBuilt()) {
+    Envelope envelope(backendFor(c10::Device(c10::kCPU), context), c10::Device(c10::kCPU),
+                      identity, at::Tensor());
+    envelope.finish();
+    return;
+  }
+  // No host backend in this build: the headers go through the store. Each rank writes its own
+  // and reads the others'; having read every rank's header of collective n, a rank knows every
+  // rank is done reading n - 1, so it deletes its own key of n - 1 (the store stays small).
+  const StoreAccess sa = groupStore();
+  const uint64_t sequence = nextCollectiveSequence();
+  const fingerprint::Header mine = fingerprint::headerOf(identity, sequence, sa.rank, 0);
+  std::vector<uint8_t> bytes(fingerprint::kHeaderBytes);
+  fingerprint::encode(mine, bytes.data());
+  std::vector<fingerprint::Header> headers(static_cast<size_t>(sa.world));
+  const auto started = std::chrono::steady_clock::now();
+  try {
+    sa.store->set(storeKey("envelope", sa.generation, sequence, sa.rank), bytes);
+    for (int r = 0; r < sa.world; ++r) {
+      if (r == sa.rank) {
+        headers[static_cast<size_t>(r)] = mine;
+        continue;
+      }
+      const std::vector<uint8_t> v = sa.store->get(storeKey("envelope", sa.generation, sequence, r));
+      FSDP_CHECK(v.size() == fingerprint::kHeaderBytes, ErrorKind::kInternal, "fsdp: rank ", r,
+                 "'s envelope in the store has ", v.size(), " bytes");
+      headers[static_cast<size_t>(r)] = fingerprint::decode(v.data());
+    }
+    if (sequence > 1) sa.store->deleteKey(storeKey("envelope", sa.generation, sequence - 1, sa.rank));
+  } catch (const KindedError&) {
+    throw;
+  } catch (const std::exception& e) {
+    raise(waitFailureKind(started, sa.timeout),
+          c10::str("exchanging collective fingerprints through the store failed: ",
+                   describeException(e)));
+  }
+  checkHeaders(headers, sa.rank, identity, sequence);
+}
+
+void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
+                     const fingerprint::Identity& mine, uint64_t sequence) {
+  const int other = fingerprint::firstDivergentRank(headers);
+  const std::string mineText = fingerprint::describe(mine, sequence);
+  StoreAccess sa;
+  try {
+    sa = groupStore();
+    if (sa.store) {
+      sa.store->set(storeKey("fingerprint", sa.generation, sequence, rank),
+                    std::vector<uint8_t>(mineText.begin(), mineText.end()));
+    }
+  } catch (const std::exception&) {
+    // best effort: the peers fall back to what this rank's header says
+  }
+  auto textOf = [&](int r) -> std::string {
+    if (r == rank) return mineText;
+    const fingerprint::Header& h = headers[static_cast<size_t>(r)];
+    if (sa.store) {
+      try {
+        const std::string key = storeKey("fingerprint", sa.generation, h.sequence, r);
+        sa.store->wait({key}, std::min(kDescriptionWait, sa.timeout));
+        const std::vector<uint8_t> v = sa.store->get(key);
+        return std::string(v.begin(), v.end());
+      } catch (const std::exception&) {
+      }
+    }
+    return fingerprint::describe(h);
+  };
+  const std::string a = textOf(0);
+  const std::string b = textOf(other);
+  // Rank 0 hosts the store: if it raised and its process exited at once, the others could not
+  // read its description any more. So every rank says it has read what it needs, and rank 0
+  // waits for that (briefly) before raising.
+  if (sa.store) {
+    try {
+      sa.store->set(storeKey("fingerprint-read", sa.generation, sequence, rank), std::vector<uint8_t>{1});
+      if (rank == 0) {
+        std::vector<std::string> keys;
+        for (int r = 1; r < static_cast<int>(headers.size()); ++r) {
+          keys.push_back(storeKey("fingerprint-read", sa.generation,
+                                  headers[static_cast<size_t>(r)].sequence, r));
+        }
+        sa.store->wait(keys, std::min(kDescriptionWait, sa.timeout));
+      }
+    } catch (const std::exception&) {
+    }
+  }
+  raise(ErrorKind::kDivergence, fingerprint::divergenceMessage(0, a, other, b));
+}
+
+}  // namespace detail
+}  // namespace runtime
+}  // namespace fsdp_opt
