@@ -11,6 +11,7 @@
 #include <torch/library.h>
 
 #include <ATen/core/Dict.h>
+#include <ATen/core/grad_mode.h>
 
 #include <optional>
 #include <string>
@@ -45,7 +46,10 @@ std::optional<at::ScalarType> dtypeOf(const c10::optional<at::ScalarType>& param
 
 std::vector<at::Tensor> allGatherOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                                     std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  return recorded([&] { return detail::allGather(params, fullRows, unit, dtypeOf(paramDtype)); });
+  return recorded([&] {
+    if (at::GradMode::is_enabled()) detail::noteGatherDtype(params, dtypeOf(paramDtype));
+    return detail::allGather(params, fullRows, unit, dtypeOf(paramDtype));
+  });
 }
 
 std::vector<at::Tensor> allGatherNoCastOp(std::vector<at::Tensor> params,
@@ -55,8 +59,10 @@ std::vector<at::Tensor> allGatherNoCastOp(std::vector<at::Tensor> params,
 
 int64_t allGatherStartOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                          std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  return recorded(
-      [&] { return detail::allGatherStart(params, fullRows, unit, dtypeOf(paramDtype)); });
+  return recorded([&] {
+    if (at::GradMode::is_enabled()) detail::noteGatherDtype(params, dtypeOf(paramDtype));
+    return detail::allGatherStart(params, fullRows, unit, dtypeOf(paramDtype));
+  });
 }
 
 int64_t allGatherStartNoCastOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,

@@ -37,6 +37,7 @@
 #include <functional>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <unordered_map>
 #include <unordered_set>
 #include <utility>
@@ -103,6 +104,8 @@ struct TrainingState {
   // the graph whose outputs hold their hooks.
   std::vector<std::weak_ptr<UnitCall>> calls;
   uint64_t forwards = 0;  // entry method calls so far (startEntryCall)
+  // Parameters whose last gather in grad mode cast them (--param-dtype), to that dtype.
+  std::unordered_map<const c10::TensorImpl*, at::ScalarType> castParams;
 };
 
 std::mutex& trainingMutex() {
@@ -356,6 +359,7 @@ struct UnitCall {
   int64_t budget = -1;      // --max-unsharded-bytes of the program (-1: none)
   size_t index = 0;         // in TrainingState::calls
   uint64_t forward = 0;     // TrainingState::forwards when the call was made
+  std::optional<at::ScalarType> castTo;  // forward gathered it cast (--param-dtype): no backward
   bool gathered = false;    // backward reached the call's outputs and gathered the unit
   bool inputsDone = false;  // backward went past the call's inputs
   int64_t prefetch = 0;     // the handle of its gather, started ahead by backward (0: none)
@@ -447,15 +451,16 @@ void waitPrefetchesOfLocked(const std::string& unit) {
 
 // Starts the gather of the call before `call` in the same forward, the one backward reaches next
 // (FSDP2's backward prefetch), when it fits: with what is unsharded now, within the program's
-// --max-unsharded-bytes (a constant of its IR; always, without one). The bytes unsharded now are
-// a function of the program too, so every rank decides alike and issues the same collectives in
+// --max-unsharded-bytes (a constant of its IR; always, without one), counting the full
+// gradients alive as well as the parameters (SPEC section 10). Those bytes are a function of
+// the program too, so every rank decides alike and issues the same collectives in
 // the same order.
 void prefetchBeforeLocked(const UnitCall& call) {
   for (size_t j = call.index; j-- > 0;) {
     std::shared_ptr<UnitCall> c = j < state().calls.size() ? state().calls[j].lock() : nullptr;
     if (!c) continue;
     if (c->forward != call.forward || c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
-    if (call.budget >= 0 && unshardedBytesNow() + c->bytes > call.budget) return;
+    if (call.budget >= 0 && unshardedParamAndGradBytesNow() + c->bytes > call.budget) return;
     try {
       c->prefetch = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
     } catch (const std::exception& e) {
@@ -468,6 +473,14 @@ void prefetchBeforeLocked(const UnitCall& call) {
 // Backward reached one of the call's outputs: gather the unit for its backward (or take the
 // gather started ahead), then start the next one's.
 void beforeBackward(UnitCall& call) {
+  if (call.castTo) {
+    // Forward computed (and autograd saved) in the cast dtype; a backward on parameters of
+    // another dtype would mix them. Mixed-precision training (FSDP2's reduce_dtype) is not here.
+    raise(ErrorKind::kBadInput,
+          c10::str("backward of unit '", call.unit, "': forward gathered its parameters as ", dtypeName(*call.castTo),
+                   " (the rank file was built with --param-dtype), and training with --param-dtype is not supported; "
+                   "build the rank file without --param-dtype to train it, or run the call under torch.no_grad()"));
+  }
   std::lock_guard<std::mutex> lock(trainingMutex());
   if (call.gathered) return;
   call.gathered = true;
@@ -483,6 +496,22 @@ void beforeBackward(UnitCall& call) {
       allGather(call.params, call.fullRows, call.unit, std::nullopt);
     } catch (const std::exception& e) {
       raiseBackwardGatherFailure(call.unit, e);
+    }
+  }
+  if (call.budget >= 0) {
+    // SPEC section 10: --max-unsharded-bytes bounds parameters and gradients held at once. Each
+    // parameter is let go as its full gradient arrives, so a unit's backward adds no bytes to
+    // what is held once it is gathered; but full gradients of other units still waiting (the
+    // root's, until its last parameter's comes) are held beside it, which forward did not
+    // have. Every rank reaches this point alike, so all raise here, before any collective.
+    const int64_t held = unshardedParamAndGradBytesNow();
+    if (held > call.budget) {
+      reshard(call.params, call.unit);
+      raise(ErrorKind::kBadInput,
+            c10::str("backward of unit '", call.unit, "' would hold ", held,
+                     " bytes of full parameters and gradients at once (the unit's parameters and the gradients "
+                     "still waiting to be reduced), over the rank file's --max-unsharded-bytes=", call.budget,
+                     "; build the rank file with a larger --max-unsharded-bytes to train it"));
     }
   }
   for (const auto& [p, rows] : distinctParams(call)) {
@@ -542,6 +571,13 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   call->fullRows = std::move(fullRows);
   call->unit = std::move(unit);
   call->budget = maxUnshardedBytes;
+  {
+    std::lock_guard<std::mutex> lock(trainingMutex());
+    for (const at::Tensor& p : call->params) {
+      auto it = state().castParams.find(p.unsafeGetTensorImpl());
+      if (it != state().castParams.end()) call->castTo = it->second;
+    }
+  }
   {
     for (const auto& [p, rows] : distinctParams(*call)) {
       if (p.dim() == 0 || p.size(0) == 0) continue;
@@ -627,6 +663,17 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
 }
 
 }  // namespace
+
+void noteGatherDtype(const std::vector<at::Tensor>& params, std::optional<at::ScalarType> paramDtype) {
+  std::lock_guard<std::mutex> lock(trainingMutex());
+  for (const at::Tensor& p : params) {
+    if (paramDtype && at::isFloatingType(p.scalar_type()) && p.scalar_type() != *paramDtype) {
+      state().castParams[p.unsafeGetTensorImpl()] = *paramDtype;
+    } else if (!paramDtype) {
+      state().castParams.erase(p.unsafeGetTensorImpl());
+    }
+  }
+}
 
 void startEntryCall() {
   finishAbandonedBackward();

@@ -243,6 +243,8 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<Group>>& gro
 
 void notePeak(Stats& s) {
   s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
+  s.peak_unsharded_param_and_grad_bytes =
+      std::max(s.peak_unsharded_param_and_grad_bytes, s.unsharded_bytes + s.unsharded_grad_bytes);
 }
 
 
@@ -612,11 +614,13 @@ void detail::noteUnshardedGradBytes(int64_t delta) {
   Stats& s = detail::registry().stats;
   s.unsharded_grad_bytes += delta;
   s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
+  detail::notePeak(s);
 }
 
-int64_t detail::unshardedBytesNow() {
+int64_t detail::unshardedParamAndGradBytesNow() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
-  return detail::registry().stats.unsharded_bytes;
+  const Stats& s = detail::registry().stats;
+  return s.unsharded_bytes + s.unsharded_grad_bytes;
 }
 
 void detail::countGradReduction() {
@@ -647,6 +651,7 @@ void resetStats() {
   s.in_flight_peak = inFlight;
   s.unsharded_grad_bytes = grads;
   s.peak_unsharded_grad_bytes = grads;
+  s.peak_unsharded_param_and_grad_bytes = now + grads;
 }
 
 std::vector<std::pair<std::string, int64_t>> Stats::items() const {
@@ -665,6 +670,7 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"grad_reductions", grad_reductions},
           {"unsharded_grad_bytes", unsharded_grad_bytes},
           {"peak_unsharded_grad_bytes", peak_unsharded_grad_bytes},
+          {"peak_unsharded_param_and_grad_bytes", peak_unsharded_param_and_grad_bytes},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit},
           {"host_buffer_live_bytes", host_buffer_live_bytes}};

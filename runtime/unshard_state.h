@@ -44,8 +44,14 @@ void finishAbandonedBackward();
 /// gathers (an older forward's graph kept alive is not part of this backward, and which graphs
 /// a rank keeps may depend on its data).
 void startEntryCall();
-/// The bytes unsharded now (stats' unsharded_bytes, which reset_stats keeps).
-int64_t unshardedBytesNow();
+/// A gather in grad mode (ops.cpp, before the gather): records whether `params` are gathered
+/// cast to a param dtype, so that a backward through them raises a clear error instead of
+/// running on what forward saved in another dtype (training with --param-dtype is not
+/// supported; docs/design.md "Training").
+void noteGatherDtype(const std::vector<at::Tensor>& params, std::optional<at::ScalarType> paramDtype);
+/// The parameter and gradient bytes unsharded now (stats' unsharded_bytes +
+/// unsharded_grad_bytes, which reset_stats keeps): what --max-unsharded-bytes bounds (SPEC 10).
+int64_t unshardedParamAndGradBytesNow();
 
 }  // namespace detail
 }  // namespace runtime

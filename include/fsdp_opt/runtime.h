@@ -32,6 +32,8 @@ struct Stats {
   int64_t grad_reductions = 0;
   int64_t unsharded_grad_bytes = 0;
   int64_t peak_unsharded_grad_bytes = 0;
+  // max of unsharded_bytes + unsharded_grad_bytes: what --max-unsharded-bytes bounds (SPEC 10)
+  int64_t peak_unsharded_param_and_grad_bytes = 0;
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once

@@ -9,7 +9,11 @@
 #   the exception reaches the caller on every rank; the next forward lets go of what the broken
 #   backward held (the set-aside .grad given back), and the next step is exact again;
 # - a rank that skips backward() while the other runs it: the other fails with one error naming
-#   the backward of a unit, within the timeout, not a hang; the skipping rank is unaffected.
+#   the backward of a unit, within the timeout, not a hang; the skipping rank is unaffected;
+# - training a rank file built with --param-dtype=bfloat16 (not supported: forward computed in
+#   bfloat16, so a backward on float32 parameters would mix dtypes): forward in grad mode works,
+#   backward raises one error saying so on every rank, no .grad is written, and the file still
+#   runs under torch.no_grad().
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
@@ -76,6 +80,17 @@ def rank_main(ctx):
         except RuntimeError as e:
             result["error"] = str(e)
         result["held_after_raise"] = ctx.stats()["unsharded_bytes"]
+    elif case == "param_dtype":
+        loss = loss_of(model, x)
+        try:
+            loss.backward()
+        except RuntimeError as e:
+            result["error"] = str(e)
+        result["grads_written"] = sum(p.grad is not None for p in model.parameters())
+        with torch.no_grad():
+            result["no_grad_logits"] = model(x).float().sum().item()
+        result["stats"] = ctx.stats()
+        return result
     elif case == "skip":
         loss = loss_of(model, x)
         if ctx.rank == 0:
@@ -130,6 +145,20 @@ def main():
                 torch.equal(v["grads"][n], ref.value["grads"][n]) for n in v["grads"])
             t.check(same, "%s rank %d: the next step's gradients equal a clean step's, bitwise" % (case, x.rank))
             t.check(v["stats"]["unsharded_bytes"] == 0, "%s rank %d: nothing left unsharded" % (case, x.rank))
+    cast = os.path.join(out_dir, "w2_bf16")
+    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--param-dtype=bf16", "-o", cast)
+    if t.check(r.returncode == 0, "fsdp-opt --param-dtype=bf16", r.describe()):
+        res = h.run_ranks(2, rank_main, {"dir": cast, "case": "param_dtype"}, timeout=120, env=env)
+        if t.check(all(x.ok for x in res), "param_dtype: both ranks finish", h.describe_ranks(res)):
+            for x in res:
+                v = x.value
+                t.check("training with --param-dtype is not supported" in (v["error"] or "")
+                        and "as bfloat16" in v["error"],
+                        "param_dtype rank %d: backward says training with --param-dtype is not supported" % x.rank,
+                        str(v["error"])[:600])
+                t.check(v["grads_written"] == 0, "param_dtype rank %d: no .grad written" % x.rank)
+                t.check(v["stats"]["unsharded_bytes"] == 0,
+                        "param_dtype rank %d: nothing left unsharded; no_grad forward still runs" % x.rank)
     t0 = time.monotonic()
     res = h.run_ranks(2, rank_main, {"dir": ranks, "case": "skip"}, timeout=120,
                       env=dict(os.environ, FSDP_OPT_TIMEOUT_S=str(TIMEOUT_S)))
