@@ -163,6 +163,42 @@ class ViTClassifier(nn.Module):
         return self.vit.heads(x[:, 0])
 
 
+class Trunk(nn.Module):
+    """A unit with a forward method that calls its own forward, as timm's forward_features and
+    HF's generate do: with --forward-method=trunk:features, both methods gather the unit."""
+
+    def __init__(self, d: int = 32):
+        super().__init__()
+        self.fc = nn.Linear(d, d)
+        self.proj = nn.Linear(d, d)
+
+    def forward(self, x):
+        return torch.tanh(self.fc(x))
+
+    def features(self, x):
+        return self.proj(self.forward(x)) + x
+
+
+class TwoPaths(nn.Module):
+    """One step calls trunk.features (which calls trunk.forward) and trunk.forward directly, and
+    another unit's forward: a forward method calling forward, and forward and a forward method
+    of one unit mixed in one step (training, issue 10). Takes images like the classifiers."""
+
+    def __init__(self, d: int = 32, num_classes: int = 10, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.embed = nn.Linear(3 * 32 * 32, d)
+            self.trunk = Trunk(d)
+            self.other = Trunk(d)
+            self.head = nn.Linear(d, num_classes)
+
+    def forward(self, x):
+        h = self.embed(x.flatten(1))
+        a = self.trunk.features(h)
+        b = self.trunk(a)
+        return self.head(self.other(b) + a)
+
+
 # ---- toy models for IR tests ---------------------------------------------------------------
 
 class LinearBlock(nn.Module):
@@ -291,6 +327,7 @@ MODELS = {
     "gpt": GPT,
     "resnet": ResNetClassifier,
     "vit": ViTClassifier,
+    "two_paths": TwoPaths,
     "two_blocks": TwoBlocks,
     "sequential": SequentialModel,
     "nested": NestedUnits,
@@ -311,7 +348,7 @@ def example_inputs(name: str, batch: int = 2, input_seed: int = 1, **kwargs) -> 
         if name == "gpt":
             vocab = kwargs.get("vocab_size", 67)
             return (torch.randint(0, vocab, (batch, 5)),)
-        if name in ("resnet", "vit"):
+        if name in ("resnet", "vit", "two_paths"):
             return (torch.randn(batch, 3, 32, 32),)
         return (torch.randn(batch, kwargs.get("d", 8)),)
 

@@ -12,7 +12,10 @@
 #   vit     torchvision's VisionTransformer driven piece by piece by its wrapper, root and the
 #           encoder layers units, vit._process_input registered;
 #   resnet  torchvision's resnet18 reached through backbone._forward_impl, the registered
-#           forward method of the backbone unit (layer* units nested in it).
+#           forward method of the backbone unit (layer* units nested in it);
+#   two_paths  a unit whose registered forward method `features` calls its own forward, and a
+#           step that calls trunk.features and trunk.forward (and another unit): the double-hook
+#           case and forward/forward-method calls mixed in one step.
 # Optimizers: SGD with momentum, AdamW (foreach=False on both sides: the same elementwise ops).
 # Modes: `plain` (zero_grad(set_to_none=True), one backward per step); `accumulate` (two
 # forward/backward pairs per step, on two inputs, zero_grad(set_to_none=False)): each backward
@@ -21,8 +24,9 @@
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s --model gpt --worlds 1,2,3 --optim sgd,adamw %t
 # RUN: %python %s --model gpt --worlds 2 --optim adamw --mode accumulate %t
-# RUN: %python %s --model vit --worlds 1,2 --optim adamw %t
-# RUN: %python %s --model resnet --worlds 2 --optim sgd %t
+# RUN: %python %s --model vit --worlds 1,2 --optim sgd,adamw %t
+# RUN: %python %s --model resnet --worlds 1,2 --optim sgd,adamw %t
+# RUN: %python %s --model two_paths --worlds 1,2 --optim sgd,adamw %t
 # RUN: %python %s --model gpt --worlds 2 --optim sgd --full-state %t
 
 import argparse
@@ -42,6 +46,7 @@ FLAGS = {
     "gpt": ["--fsdp-unit=.", "--fsdp-unit=blocks.*"],
     "vit": ["--fsdp-unit=.", "--fsdp-unit=vit.encoder.layers.*", "--forward-method=vit:_process_input"],
     "resnet": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*", "--forward-method=backbone:_forward_impl"],
+    "two_paths": ["--fsdp-unit=.", "--fsdp-unit=trunk", "--fsdp-unit=other", "--forward-method=trunk:features"],
 }
 
 
@@ -126,10 +131,18 @@ def rank_main(ctx):
 
 
 def reference(orig, model_name, optim, inputs, mode, world):
-    """The original model trained in one process on the mean of the W ranks' gradients."""
+    """The original model trained in one process on the mean of the W ranks' gradients.
+
+    One copy of the original per rank, holding the same values, each called exactly as often as
+    that rank calls its file: TorchScript's profiling executor runs a module's first calls as
+    they are and later ones through an optimised graph (fused, differentiated as a whole), whose
+    backward may add in another order, so a copy called W times a step would run rank 1's step 0
+    the way rank 1 runs its step 1."""
     torch.set_num_threads(1)
-    model = torch.jit.load(orig)
+    copies = [torch.jit.load(orig) for _ in range(world)]
+    model = copies[0]
     params = distinct_named_parameters(model)
+    copy_params = [distinct_named_parameters(c) for c in copies]
     optimizer = make_optimizer(optim, list(params.values()))
     first = {}
     for step in range(STEPS):
@@ -140,11 +153,12 @@ def reference(orig, model_name, optim, inputs, mode, world):
             accumulated = {n: p.grad for n, p in params.items()}
             total = {}
             for r in range(world):
-                for p in params.values():
+                mine = copy_params[r]
+                for p in mine.values():
                     p.grad = None
                 x, y = inputs[r][step][k]
-                loss_of(model_name, model, x, y).backward()
-                for n, p in params.items():
+                loss_of(model_name, copies[r], x, y).backward()
+                for n, p in mine.items():
                     if p.grad is not None:
                         # The runtime sums the ranks' gradients, then divides by W (FSDP2's average).
                         total[n] = p.grad.clone() if n not in total else total[n] + p.grad
@@ -158,6 +172,10 @@ def reference(orig, model_name, optim, inputs, mode, world):
         if step == 0:
             first = {n: p.grad.detach().clone() for n, p in params.items() if p.grad is not None}
         optimizer.step()
+        with torch.no_grad():
+            for mine in copy_params[1:]:
+                for n, p in mine.items():
+                    p.copy_(params[n])
     return first, {n: p.detach().clone() for n, p in params.items()}
 
 
