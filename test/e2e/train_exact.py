@@ -22,7 +22,7 @@
 # is averaged over the ranks on its own and .grad accumulates the averages, as under FSDP2.
 #
 # RUN: rm -rf %t && mkdir -p %t
-# RUN: %python %s --model gpt --worlds 1,2,3 --optim sgd,adamw %t
+# RUN: %python %s --model gpt --worlds 1,2,3,4 --optim sgd,adamw %t
 # RUN: %python %s --model gpt --worlds 2 --optim adamw --mode accumulate %t
 # RUN: %python %s --model vit --worlds 1,2 --optim sgd,adamw %t
 # RUN: %python %s --model resnet --worlds 1,2 --optim sgd,adamw %t
