@@ -5,28 +5,14 @@ rank 0's model, bit for bit (units' shards and replicated parameters alike), and
 module is left as it was."""
 
 import json
-import os
-import subprocess
-import sys
 
-from test_torchrun import HERE, free_port, torchrun
+from test_torchrun import run_two_ranks
 
 
 def test_different_seeds_fail_or_sync_from_rank_0(fsdp_opt, fm, tmp_path):
     out_dir = tmp_path / "results"
     out_dir.mkdir()
-    env = dict(os.environ)
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(fsdp_opt.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([package_dir, HERE, os.path.dirname(os.path.abspath(fm.__file__))] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["FSDP_OPT_LIB_DIR"] = fsdp_opt.load()
-    env.setdefault("FSDP_OPT_TIMEOUT_S", "60")
-    command = torchrun(str(tmp_path / "logs")) + [
-        "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=%d" % free_port(),
-        os.path.join(HERE, "module_states_worker.py"), str(out_dir)]
-    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=240)
-    assert proc.returncode == 0, "%s\n%s" % (" ".join(command), proc.stdout[-6000:])
+    run_two_ranks(fsdp_opt, fm, tmp_path, "module_states_worker.py", str(out_dir))
 
     errors = []
     for rank in range(2):

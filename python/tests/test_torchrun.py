@@ -33,6 +33,23 @@ def torchrun(log_dir: str):
     return command
 
 
+def run_two_ranks(fsdp_opt, fm, tmp_path, worker: str, *args: str) -> None:
+    """Runs HERE/worker with `args` on 2 ranks under torchrun, fsdp_opt and fsdp_models
+    importable and the runtime library found, and asserts that it succeeded."""
+    env = dict(os.environ)
+    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(fsdp_opt.__file__)))
+    env["PYTHONPATH"] = os.pathsep.join([package_dir, HERE, os.path.dirname(os.path.abspath(fm.__file__))] +
+                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    env["FSDP_OPT_LIB_DIR"] = fsdp_opt.load()
+    env.setdefault("FSDP_OPT_TIMEOUT_S", "60")
+    command = torchrun(str(tmp_path / "logs")) + [
+        "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=%d" % free_port(),
+        os.path.join(HERE, worker)] + list(args)
+    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                          text=True, timeout=240)
+    assert proc.returncode == 0, "%s\n%s" % (" ".join(command), proc.stdout[-6000:])
+
+
 def test_transform_in_process_on_two_ranks_with_torchrun(fsdp_opt, fm, tmp_path):
     # The rank files for the second half of the check, from the same deterministic model.
     model = fm.make("gpt")
@@ -45,18 +62,7 @@ def test_transform_in_process_on_two_ranks_with_torchrun(fsdp_opt, fm, tmp_path)
 
     out_dir = tmp_path / "results"
     out_dir.mkdir()
-    env = dict(os.environ)
-    package_dir = os.path.dirname(os.path.dirname(os.path.abspath(fsdp_opt.__file__)))
-    env["PYTHONPATH"] = os.pathsep.join([package_dir, HERE, os.path.dirname(os.path.abspath(fm.__file__))] +
-                                        ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
-    env["FSDP_OPT_LIB_DIR"] = fsdp_opt.load()
-    env.setdefault("FSDP_OPT_TIMEOUT_S", "60")
-    command = torchrun(str(tmp_path / "logs")) + [
-        "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=%d" % free_port(),
-        os.path.join(HERE, "torchrun_worker.py"), str(out_dir), str(shard_dir)]
-    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=240)
-    assert proc.returncode == 0, "%s\n%s" % (" ".join(command), proc.stdout[-6000:])
+    run_two_ranks(fsdp_opt, fm, tmp_path, "torchrun_worker.py", str(out_dir), str(shard_dir))
 
     vocab = model.wte.weight.shape[0]
     for rank in range(2):

@@ -533,6 +533,17 @@ class RankContext:
         print("[rank %d] %s" % (self.rank, text), flush=True)
 
 
+def timed_error(fn):
+    """Calls fn(); returns (the text of the RuntimeError it raised, or None; seconds taken)."""
+    t0 = time.monotonic()
+    try:
+        fn()
+        error = None
+    except RuntimeError as e:
+        error = str(e)
+    return error, time.monotonic() - t0
+
+
 def stats_delta(before, after):
     return {k: after[k] - before.get(k, 0) for k in after}
 

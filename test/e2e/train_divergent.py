@@ -51,12 +51,7 @@ def rank_main(ctx):
     result = {"error": None}
     ya, yb = model(x)
     loss = ya.sum() if ctx.rank == 0 else yb.sum()
-    t0 = time.monotonic()
-    try:
-        loss.backward()
-    except RuntimeError as e:
-        result["error"] = str(e)
-    result["seconds"] = time.monotonic() - t0
+    result["error"], result["seconds"] = h.timed_error(loss.backward)
     result["grads_after_error"] = [p.grad is not None for p in model.parameters()]
     ya, yb = model(x)
     full_loss(ya, yb).backward()

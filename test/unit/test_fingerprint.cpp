@@ -23,6 +23,17 @@ fp::Identity gatherOf(const std::string& unit, int64_t bytes = 70656) {
   return id;
 }
 
+fp::Identity identityOf(fp::Kind kind, const std::string& unit, int64_t bytes, int64_t tensors,
+                        const std::string& dtypes = "") {
+  fp::Identity id;
+  id.kind = kind;
+  id.unit = unit;
+  id.payloadBytes = bytes;
+  id.numTensors = tensors;
+  id.dtypes = dtypes;
+  return id;
+}
+
 }  // namespace
 
 TEST(Fingerprint, HeaderRoundTripsThroughItsBytes) {
@@ -129,19 +140,9 @@ TEST(Fingerprint, DescriptionsNameWhatARankDoes) {
   agreement.unit = "fsdp::rank_any";
   agreement.payloadBytes = 8;
   EXPECT_EQ(fp::describe(agreement, 5), "agrees whether any rank goes on (fsdp::rank_any) (#5)");
-  fp::Identity broadcast;
-  broadcast.kind = fp::Kind::kBroadcast;
-  broadcast.unit = "module states from rank 0";
-  broadcast.payloadBytes = 1 << 20;
-  broadcast.numTensors = 1;
-  EXPECT_EQ(fp::describe(broadcast, 2), "broadcasts module states from rank 0 (#2: 1 tensor, 1 MiB per rank)");
-  fp::Identity gradients;
-  gradients.kind = fp::Kind::kGradients;
-  gradients.unit = "unit 'blocks.1'";
-  gradients.payloadBytes = 3 << 10;
-  gradients.numTensors = 4;
-  gradients.dtypes = "float32";
-  EXPECT_EQ(fp::describe(gradients, 7),
+  EXPECT_EQ(fp::describe(identityOf(fp::Kind::kBroadcast, "module states from rank 0", 1 << 20, 1), 2),
+            "broadcasts module states from rank 0 (#2: 1 tensor, 1 MiB per rank)");
+  EXPECT_EQ(fp::describe(identityOf(fp::Kind::kGradients, "unit 'blocks.1'", 3 << 10, 4, "float32"), 7),
             "reduces the gradients of unit 'blocks.1' (#7: 4 tensors, 3 KiB per rank, float32)");
 }
 
