@@ -38,11 +38,11 @@ time.process_time(); it is also given per rank, since rank 0's CPU time is where
 computation (ours) and running dummy forwards (FSDP2) differ.
 
 Counting: ours read torch.ops.fsdp.stats() around every timed call (all_gathers; agreements =
-fsdp::rank_any calls). Eager FSDP2 runs one extra, untimed call under generate_vs_eager's
-TorchDispatchMode, which sees every c10d collective: all-gathers and all-reduces (the synced
-flag). Every configuration's tokens, on each rank and every call, must equal (a)'s for that
-rank, bit for bit; ours' agreements must be 1 + the decoding steps the longer rank runs. The
-script exits 1 otherwise.
+fsdp::rank_any calls). Eager FSDP2 runs one extra, untimed call under the TorchDispatchMode
+generate_vs_eager uses too (bench_common.count_eager_call), which sees every c10d collective:
+all-gathers and all-reduces (the synced flag). Every configuration's tokens, on each rank and
+every call, must equal (a)'s for that rank, bit for bit; ours' agreements must be 1 + the
+decoding steps the longer rank runs. The script exits 1 otherwise.
 
     python bench/divergent_generate.py            # full run: table, bench/results/divergent_generate.json
     python bench/divergent_generate.py --quick    # smoke: tiny model, 4 new tokens, 1 round, 1 repeat
@@ -51,24 +51,15 @@ script exits 1 otherwise.
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-INPUTS = os.path.join(ROOT, "test", "Inputs")
-for _path in (INPUTS, HERE):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if HERE not in sys.path:  # rank processes import this file by its path: bench_common is beside it
+    sys.path.insert(0, HERE)
 
-import generate_vs_eager as gve  # noqa: E402  (its helpers only; importing it runs nothing)
-from bench_common import git_head, median  # noqa: E402
-
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
 
 CONFIGS = {
     "a": "(a) original, unsharded, 1 process per rank",
@@ -127,11 +118,11 @@ def _setup(ctx, cfg, a, args):
 
     if cfg == "a":
         model = torch.jit.load(a["model_pt"])
-        return gve._Config(lambda: model.generate_until(*args))
+        return bc.CallConfig(lambda: model.generate_until(*args))
 
     if cfg in OURS:
         model = ctx.load(os.path.join(a["dirs"][cfg], "rank%d.pt" % ctx.rank))
-        conf = gve._Config(lambda: model.generate_until(*args))
+        conf = bc.CallConfig(lambda: model.generate_until(*args))
         # the runtime's counters are process-wide: zeroed before each call, read after it
         conf.before = ctx.reset_stats
         conf.after = lambda: conf.per_call.append(ctx.stats())
@@ -146,19 +137,9 @@ def _setup(ctx, cfg, a, args):
         return conf
 
     if cfg in FSDP2:
-        try:
-            from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-        except ImportError:  # torch < 2.6
-            from torch.distributed._composable.fsdp import fully_shard, register_fsdp_forward_method
-        from torch.distributed.device_mesh import init_device_mesh
-        mesh = init_device_mesh("cpu", (ctx.world_size,))
         model = _synced_stop_gpt(a)
         reshard = cfg == "fsdp2_synced"
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        register_fsdp_forward_method(model, "generate_synced")
-        fsdp_modules = list(model.blocks) + [model]
+        fsdp_modules = bc.fsdp2_shard_blocks(model, ctx.world_size, reshard, ["generate_synced"])
 
         def call():
             out = model.generate_synced(*args)
@@ -168,49 +149,26 @@ def _setup(ctx, cfg, a, args):
             return out
 
         def counts():
-            c = gve._count_eager(call, list(model.blocks), lambda: gve._fsdp2_unsharded_bytes(fsdp_modules))
+            c = bc.count_eager_call(call, list(model.blocks), lambda: bc.fsdp2_unsharded_bytes(fsdp_modules))
             c["all_reduces"] = sum(n for name, n in c["other_collectives"].items() if "allreduce" in name)
             return c
-        return gve._Config(call, counts=counts)
+        return bc.CallConfig(call, counts=counts)
 
     raise ValueError("unknown configuration %r" % cfg)
 
 
 def bench_worker(ctx):
-    """Sets up every configuration of ctx.args["schedule"], warms each up, then times them
-    interleaved call by call (pass i runs the schedule rotated by i), a barrier before each
-    timed call. Returns one result dict per configuration, in schedule order."""
+    """Sets up every configuration of ctx.args["schedule"] and times them interleaved call by
+    call (bench_common.time_interleaved). Returns one result dict per configuration, in
+    schedule order."""
     import torch
-    import torch.distributed as dist
-    torch.set_num_threads(1)
     a = ctx.args
     args = tuple(torch.load(a["inputs"])[ctx.rank])  # (prompt, max_new_tokens, this rank's eos)
-    gve._init_dist(ctx, a)
+    bc.init_rank(ctx)
     schedule = a["schedule"]
     with torch.no_grad():
         confs = {cfg: _setup(ctx, cfg, a, args) for cfg in schedule}
-        for cfg in schedule:
-            for _ in range(a["warmup"]):
-                out = confs[cfg].call()
-                confs[cfg].first = out if confs[cfg].first is None else confs[cfg].first
-        for rep in range(a["repeats"]):
-            k = rep % len(schedule)
-            for cfg in schedule[k:] + schedule[:k]:
-                conf = confs[cfg]
-                if conf.before:
-                    conf.before()
-                dist.barrier()
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                out = conf.call()
-                conf.times.append(time.perf_counter() - t0)
-                conf.cpu.append(time.process_time() - c0)
-                if conf.after:
-                    conf.after()
-                if conf.first is None:
-                    conf.first = out
-                elif not torch.equal(out, conf.first):
-                    raise RuntimeError("%s: generate returned different tokens on a repeated call" % cfg)
+        bc.time_interleaved(confs, schedule, a["warmup"], a["repeats"])
         results = []
         for cfg in schedule:
             conf = confs[cfg]
@@ -223,20 +181,12 @@ def bench_worker(ctx):
 # ---- driver side -----------------------------------------------------------------------------
 
 def _fsdp_opt(tool, model_pt, out, *extra):
-    cmd = [tool, model_pt, "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--forward-method=.:generate_until",
-           "--world-size=2", "-o", out, "--stats", "--remarks"] + list(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        sys.exit("error: %s failed (exit %d):\n%s" % (" ".join(cmd), r.returncode, r.stderr))
-    with open(os.path.join(out, "manifest.json")) as f:
-        manifest = json.load(f)
-    predicted = None
-    for line in r.stdout.splitlines():
-        if "gathers per call of generate_until:" in line:
-            predicted = line.split(":", 1)[1].strip()
-    uniform = [l for l in r.stderr.splitlines()
-               if "[rank-uniform-control-flow]" in l and "generate_until" in l]
-    return {"cmd": cmd, "manifest": manifest, "predicted_gathers": predicted, "rank_uniform": uniform}
+    """fsdp-opt with --remarks: whether rank-uniform-control-flow rewrote the loop is what
+    this benchmark is about."""
+    r = bc.shard_gpt(tool, model_pt, "generate_until", out, "--remarks", *extra)
+    r["rank_uniform"] = [l for l in r["stderr"].splitlines()
+                         if "[rank-uniform-control-flow]" in l and "generate_until" in l]
+    return r
 
 
 def _pair(values, fmt="%s"):
@@ -270,10 +220,7 @@ def main(argv=None):
         a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats = 4, 4, 1, 1, 1
     json_path = a.json if a.json is not None else (
         None if a.quick else os.path.join(ROOT, "bench", "results", "divergent_generate.json"))
-    configs = [c for c in a.configs.split(",") if c]
-    for c in configs:
-        if c not in CONFIGS:
-            sys.exit("error: unknown configuration %r (known: %s)" % (c, ", ".join(CONFIGS)))
+    configs = bc.parse_configs(a.configs, CONFIGS)
     if "a" not in configs:
         configs.insert(0, "a")
     if a.prompt + a.new_tokens > a.block_size:
@@ -281,18 +228,13 @@ def main(argv=None):
 
     import torch
     import divergent_models as dm
-    import fsdp_harness
     import fsdp_models
 
-    tool = gve._find_tool("fsdp-opt", a.build)
-    lib = gve._runtime_lib(a.build)
+    tool = bc.find_built(a.build, "bin", "fsdp-opt")
+    lib = bc.runtime_lib(a.build)
     if not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
-    work = a.work or tempfile.mkdtemp(prefix="fsdp-bench-div.")
-    if a.work:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    try:
+    with bc.scratch_dir(a.work, "fsdp-bench-div.") as work:
         model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
                             n_head=a.n_head, n_embd=a.n_embd, seed=0)
         model_pt = os.path.join(work, "stop_gpt.pt")
@@ -326,33 +268,26 @@ def main(argv=None):
         print("model: StopGPT n_layer=%d n_embd=%d n_head=%d vocab=%d block=%d, %s of parameters "
               "(root unit %s, one layer %s); batch 1, prompt %d; rank 0 stops after %d token(s) "
               "(eos=%d), rank 1 after %d (eos=-1); W=2, gloo, CPU"
-              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, gve._fmt_bytes(model_bytes),
-                 gve._fmt_bytes(units["."]), gve._fmt_bytes(units["blocks.0"]), a.prompt, steps[0], first,
+              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, fmt_bytes(model_bytes),
+                 fmt_bytes(units["."]), fmt_bytes(units["blocks.0"]), a.prompt, steps[0], first,
                  steps[1]), flush=True)
         print("ours: --max-unsharded-bytes=%d; %s" % (budget, "; ".join(
             l.split("] ", 1)[-1] for l in opt["ours"]["rank_uniform"])), flush=True)
 
-        env = dict(os.environ)
-        env["FSDP_OPT_RUNTIME_LIB"] = lib
-        env["OMP_NUM_THREADS"] = "1"
-        env.setdefault("FSDP_OPT_TIMEOUT_S", "120")
+        env = bc.rank_env(lib)
         common = {"model_pt": model_pt, "inputs": inputs, "dirs": dirs, "model": model_kwargs,
                   "warmup": a.warmup, "repeats": a.repeats}
         samples = {c: [] for c in configs}
-        script = os.path.abspath(__file__) + ":bench_worker"
 
-        load_start = os.getloadavg()
-        print("load average at start: %.1f %.1f %.1f on %d CPUs" % (load_start + (os.cpu_count(),)), flush=True)
+        load_start = bc.report_load()
         wall_t0 = time.perf_counter()
         for rnd in range(a.rounds):
-            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+            order = bc.rotated(configs, rnd)
             t0 = time.perf_counter()
-            args = dict(common, schedule=order, dist_port=fsdp_harness.free_port())
-            results = fsdp_harness.run_ranks(2, script, args=args, timeout=a.timeout, env=env)
-            if any(not r.ok for r in results):
-                sys.exit("error: round %d failed:\n%s" % (rnd + 1, fsdp_harness.describe_ranks(results)))
+            results = bc.launch_ranks(bench_worker, dict(common, schedule=order), "round %d" % (rnd + 1),
+                                      a.timeout, env)
             for i, cfg in enumerate(order):
-                samples[cfg].append([r.value[i] for r in results])
+                samples[cfg].append([r[i] for r in results])
             print("round %d/%d: %.1f s" % (rnd + 1, a.rounds, time.perf_counter() - t0), flush=True)
         wall_s = time.perf_counter() - wall_t0
         load_end = os.getloadavg()
@@ -364,9 +299,8 @@ def main(argv=None):
             per_call, cpu_call, cpu_rank = [], [], [[], []]
             mismatches = []
             for values in samples[cfg]:
-                # ranks meet at the barrier before every call: a call ends when the slower ends
-                per_call += [max(ts) for ts in zip(*[v["times"] for v in values])]
-                cpu_call += [max(ts) for ts in zip(*[v["cpu"] for v in values])]
+                per_call += bc.slower_rank(values, "times")
+                cpu_call += bc.slower_rank(values, "cpu")
                 for v in values:
                     cpu_rank[v["rank"]] += v["cpu"]
                     got, exp = v["tokens"], want[v["rank"]]
@@ -416,18 +350,12 @@ def main(argv=None):
             lines.append((r["label"], "%.1f" % r["ms"], "%.2f" % r["vs_a"],
                           "%.2f" % r["vs_fsdp2_synced"] if r["vs_fsdp2_synced"] else "-",
                           "%.1f" % r["cpu_ms"], _pair(r["cpu_ms_rank"], "%.1f"),
-                          _pair([gve._fmt_count(x) for x in r["all_gathers"]]),
-                          _pair([gve._fmt_count(x) if x is not None else None for x in r["agreements"]]),
-                          _pair([gve._fmt_count(x) if x is not None else None for x in r["all_reduces"]]),
-                          gve._fmt_bytes(peak),
+                          _pair([fmt_count(x) for x in r["all_gathers"]]),
+                          _pair([fmt_count(x) if x is not None else None for x in r["agreements"]]),
+                          _pair([fmt_count(x) if x is not None else None for x in r["all_reduces"]]),
+                          fmt_bytes(peak),
                           "yes" if r["bitwise_equal"] else "NO (%s)" % ", ".join(r["mismatches"])))
-        widths = [max(len(str(x[i])) for x in [head] + lines) for i in range(len(head))]
-        table = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths)) + " |",
-                 "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-        table += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(line, widths)) + " |" for line in lines]
-        print()
-        print("\n".join(table))
-        print()
+        table = bc.print_table(head, lines)
         print("ms/call: median over %s timed calls (%d rounds x %d calls, each after %d untimed warmup "
               "calls) of the slower rank's wall time; CPU ms: the same for process CPU time (all threads), "
               "and per rank its own median; all-gathers, agreements (fsdp::rank_any) and the synced "
@@ -443,7 +371,7 @@ def main(argv=None):
                                if all(r["bitwise_equal"] for r in rows.values()) else "MISMATCH"))
         if "ours" in rows:
             print("ours: %s agreements per call on each rank, 1 + %d decoding steps"
-                  % (_pair([gve._fmt_count(x) for x in rows["ours"]["agreements"]]), loop_steps))
+                  % (_pair([fmt_count(x) for x in rows["ours"]["agreements"]]), loop_steps))
         for f in failures:
             print("FAILED: " + f)
 
@@ -452,7 +380,7 @@ def main(argv=None):
                    "eos": [first, -1], "steps": steps, "model_bytes": model_bytes, "units": units,
                    "budget": budget, "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats,
                    "configs": configs, "rows": rows, "failures": failures,
-                   "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": gve._cpu_model(),
+                   "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(),
                    "git_head": git_head(ROOT), "loadavg_start": load_start, "loadavg_end": load_end,
                    "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
                    "argv": sys.argv[1:] if argv is None else argv, "table": table}
@@ -461,9 +389,6 @@ def main(argv=None):
                 json.dump(out, f, indent=1, default=str)
             print("json: %s" % json_path)
         return 1 if failures else 0
-    finally:
-        if not a.work:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

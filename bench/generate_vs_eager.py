@@ -59,23 +59,15 @@ import argparse
 import json
 import os
 import resource
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-INPUTS = os.path.join(ROOT, "test", "Inputs")
-for _path in (INPUTS, HERE):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if HERE not in sys.path:  # rank processes import this file by its path: bench_common is beside it
+    sys.path.insert(0, HERE)
 
-from bench_common import git_head, median  # noqa: E402
-
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
 
 CORE_PASSES = "specialize-unit-types,insert-unit-gathers,wrap-entry-methods,reshard-on-raise,verify-fsdp"
 
@@ -100,122 +92,20 @@ def _rss_mib():
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
 
 
-def _eager_gpt(args):
-    import torch
-    import fsdp_models
-    model = fsdp_models.make("gpt", **args["model"])
-    state = torch.jit.load(args["model_pt"]).state_dict()
-    model.load_state_dict(state)
-    return model.eval()
-
-
-class _CollectiveCounter:
-    """A TorchDispatchMode that counts c10d all-gathers and the bytes of their outputs."""
-
-    def __new__(cls):
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
-
-        class Mode(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.all_gathers = 0
-                self.bytes = 0
-                self.other = {}
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = str(getattr(func, "_overloadpacket", func))
-                if name.startswith("c10d."):
-                    if "allgather" in name:
-                        self.all_gathers += 1
-                        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(args[0])
-                                          if isinstance(t, torch.Tensor))
-                    else:
-                        self.other[name] = self.other.get(name, 0) + 1
-                return func(*args, **(kwargs or {}))
-
-        return Mode()
-
-
-def _fsdp2_unsharded_bytes(modules):
-    from torch.distributed.fsdp._fully_shard._fsdp_param import ShardedState
-    total = 0
-    seen = set()
-    for m in modules:
-        for group in m._get_fsdp_state()._fsdp_param_groups:
-            for p in group.fsdp_params:
-                if id(p) in seen:
-                    continue
-                seen.add(id(p))
-                if p.sharded_state == ShardedState.UNSHARDED:
-                    total += p._orig_size.numel() * (p.param_dtype or p.orig_dtype).itemsize
-    return total
-
-
-def _fsdp1_unsharded_bytes(modules):
-    total = 0
-    for m in modules:
-        h = m._handle
-        if h is not None and not h.is_sharded(h.flat_param):
-            total += h.flat_param._unpadded_unsharded_size.numel() * h.flat_param.element_size()
-    return total
-
-
-def _count_eager(generate, blocks, unsharded_bytes):
-    """One untimed generate under the collective counter, sampling unsharded bytes in every
-    block's forward pre-hook (after FSDP's own unshard) and after the call."""
-    peak = [0]
-
-    def sample(*_):
-        peak[0] = max(peak[0], unsharded_bytes())
-
-    handles = [b.register_forward_pre_hook(sample) for b in blocks]
-    mode = _CollectiveCounter()
-    try:
-        with mode:
-            generate()
-        sample()
-    finally:
-        for h in handles:
-            h.remove()
-    return {"all_gathers": mode.all_gathers, "bytes_gathered": mode.bytes,
-            "peak_unsharded_bytes": peak[0], "other_collectives": mode.other}
-
-
-def _init_dist(ctx, a):
-    """torch.distributed's gloo group for eager FSDP, on its own port (MASTER_PORT is the fsdp
-    runtime's store when both run in one process)."""
-    import torch.distributed as dist
-    if not dist.is_initialized():
-        dist.init_process_group("gloo", init_method="tcp://127.0.0.1:%d" % a["dist_port"],
-                                rank=ctx.rank, world_size=ctx.world_size)
-
-
-class _Config:
-    """One configuration, set up in this rank process: call() runs one generate; before() and
-    after() bracket it outside the timed region; counts() describes the collectives."""
-
-    def __init__(self, call, before=None, after=None, counts=None):
-        self.call, self.before, self.after, self.counts = call, before, after, counts
-        self.first = None
-        self.times, self.cpu, self.per_call = [], [], []
-
-
 def _setup(ctx, cfg, a, idx, new_tokens):
     import torch
 
     if cfg == "a":
         model = torch.jit.load(a["model_pt"])
-        return _Config(lambda: model.generate(idx, new_tokens))
+        return bc.CallConfig(lambda: model.generate(idx, new_tokens))
 
     if cfg == "a_eager":
-        model = _eager_gpt(a)
-        return _Config(lambda: model.generate(idx, new_tokens))
+        model = bc.eager_gpt(a)
+        return bc.CallConfig(lambda: model.generate(idx, new_tokens))
 
     if cfg in OURS:
         model = ctx.load(os.path.join(a["dirs"][cfg], "rank%d.pt" % ctx.rank))
-        conf = _Config(lambda: model.generate(idx, new_tokens))
+        conf = bc.CallConfig(lambda: model.generate(idx, new_tokens))
         # The runtime's counters are process-wide: zero them before each call, read after.
         conf.before = ctx.reset_stats
         conf.after = lambda: conf.per_call.append(ctx.stats())
@@ -230,19 +120,8 @@ def _setup(ctx, cfg, a, idx, new_tokens):
         return conf
 
     if cfg in ("d_rt", "d_rf", "d_keep"):
-        try:
-            from torch.distributed.fsdp import fully_shard, register_fsdp_forward_method
-        except ImportError:  # torch < 2.6
-            from torch.distributed._composable.fsdp import fully_shard, register_fsdp_forward_method
-        from torch.distributed.device_mesh import init_device_mesh
-        mesh = init_device_mesh("cpu", (ctx.world_size,))
-        model = _eager_gpt(a)
-        reshard = cfg == "d_rt"
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
-        register_fsdp_forward_method(model, "generate")
-        fsdp_modules = list(model.blocks) + [model]
+        model = bc.eager_gpt(a)
+        fsdp_modules = bc.fsdp2_shard_blocks(model, ctx.world_size, cfg == "d_rt", ["generate"])
 
         def call():
             out = model.generate(idx, new_tokens)
@@ -251,66 +130,40 @@ def _setup(ctx, cfg, a, idx, new_tokens):
                     m.reshard()
             return out
         blocks = list(model.blocks)
-        return _Config(call, counts=lambda: _count_eager(call, blocks, lambda: _fsdp2_unsharded_bytes(fsdp_modules)))
+        return bc.CallConfig(call, counts=lambda: bc.count_eager_call(
+            call, blocks, lambda: bc.fsdp2_unsharded_bytes(fsdp_modules)))
 
     if cfg == "e":
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        model = _eager_gpt(a)
+        model = bc.eager_gpt(a)
         inner_blocks = list(model.blocks)
-        cpu = torch.device("cpu")
-        for i in range(len(model.blocks)):
-            model.blocks[i] = FSDP(model.blocks[i], device_id=cpu)
-        fmodel = FSDP(model, device_id=cpu)
+        fmodel = bc.fsdp1_wrap_blocks(model)
         fsdp_modules = FSDP.fsdp_modules(fmodel)
 
         def call():
             with FSDP.summon_full_params(fmodel, writeback=False, recurse=False):
                 return fmodel.module.generate(idx, new_tokens)
-        return _Config(call, counts=lambda: _count_eager(call, inner_blocks, lambda: _fsdp1_unsharded_bytes(fsdp_modules)))
+        return bc.CallConfig(call, counts=lambda: bc.count_eager_call(
+            call, inner_blocks, lambda: bc.fsdp1_unsharded_bytes(fsdp_modules)))
 
     raise ValueError("unknown configuration %r" % cfg)
 
 
 def bench_worker(ctx):
-    """Sets up every configuration of ctx.args["schedule"] in this process, warms each up, then
-    times them interleaved call by call: repeat i calls every configuration once, in the
-    schedule's order rotated by i. Before each timed call the ranks meet at a barrier (of
-    torch.distributed's own gloo group), so no call is charged for the other rank finishing the
-    previous one. Returns one result dict per configuration, in schedule order."""
+    """Sets up every configuration of ctx.args["schedule"] in this process and times them
+    interleaved call by call (bench_common.time_interleaved). Returns one result dict per
+    configuration, in schedule order."""
     import torch
-    import torch.distributed as dist
     import fsdp_models  # noqa: F401  (and torchvision): every process carries the same modules,
     # so that the RSS of different configurations differs only by what they do
-    torch.set_num_threads(1)
     a = ctx.args
     idx, new_tokens = torch.load(a["inputs"])
-    _init_dist(ctx, a)
+    bc.init_rank(ctx)
     schedule = a["schedule"]
     rss_before = _rss_mib()
     with torch.no_grad():
         confs = {cfg: _setup(ctx, cfg, a, idx, new_tokens) for cfg in schedule}
-        for cfg in schedule:
-            for _ in range(a["warmup"]):
-                out = confs[cfg].call()
-                confs[cfg].first = out if confs[cfg].first is None else confs[cfg].first
-        for rep in range(a["repeats"]):
-            k = rep % len(schedule)
-            for cfg in schedule[k:] + schedule[:k]:
-                conf = confs[cfg]
-                if conf.before:
-                    conf.before()
-                dist.barrier()
-                c0 = time.process_time()
-                t0 = time.perf_counter()
-                out = conf.call()
-                conf.times.append(time.perf_counter() - t0)
-                conf.cpu.append(time.process_time() - c0)
-                if conf.after:
-                    conf.after()
-                if conf.first is None:
-                    conf.first = out
-                elif not torch.equal(out, conf.first):
-                    raise RuntimeError("%s: generate returned different tokens on a repeated call" % cfg)
+        bc.time_interleaved(confs, schedule, a["warmup"], a["repeats"])
         results = []
         for cfg in schedule:
             conf = confs[cfg]
@@ -323,57 +176,6 @@ def bench_worker(ctx):
 
 
 # ---- driver side -----------------------------------------------------------------------------
-
-def _find_tool(name, build):
-    if build:
-        path = os.path.join(build, "bin", name)
-        if os.path.exists(path):
-            return path
-    found = shutil.which(name)
-    if found:
-        return found
-    path = os.path.join(ROOT, "build", "t2", "bin", name)
-    if os.path.exists(path):
-        return path
-    sys.exit("error: cannot find %s (build it: bash scripts/build.sh t2, or pass --build)" % name)
-
-
-def _runtime_lib(build):
-    if build:
-        return os.path.join(build, "lib", "libfsdp_runtime.so")
-    return os.environ.get("FSDP_OPT_RUNTIME_LIB") or os.path.join(ROOT, "build", "t2", "lib", "libfsdp_runtime.so")
-
-
-def _fsdp_opt(tool, model_pt, out, *extra):
-    cmd = [tool, model_pt, "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--forward-method=.:generate",
-           "--world-size=2", "-o", out, "--stats"] + list(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        sys.exit("error: %s failed (exit %d):\n%s" % (" ".join(cmd), r.returncode, r.stderr))
-    with open(os.path.join(out, "manifest.json")) as f:
-        manifest = json.load(f)
-    predicted = None
-    for line in r.stdout.splitlines():
-        if "gathers per call of generate:" in line:
-            predicted = line.split(":", 1)[1].strip()
-    return {"cmd": cmd, "manifest": manifest, "predicted_gathers": predicted}
-
-
-def _fmt_bytes(n):
-    if n is None:
-        return "-"
-    n = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if abs(n) < 1024 or unit == "GiB":
-            return ("%.0f %s" % (n, unit)) if unit == "B" else ("%.2f %s" % (n, unit))
-        n /= 1024.0
-
-
-def _fmt_count(x):
-    if x is None:
-        return "-"
-    return ("%d" % x) if float(x).is_integer() else ("%.2f" % x)
-
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -416,26 +218,18 @@ def main(argv=None):
         a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats = 4, 4, 1, 1, 1
         a.per_process, a.no_isolated = False, True
     plot = a.plot if a.plot is not None else (None if a.quick else os.path.join(ROOT, "docs", "bench_generate.png"))
-    configs = [c for c in a.configs.split(",") if c]
-    for c in configs:
-        if c not in CONFIGS:
-            sys.exit("error: unknown configuration %r (known: %s)" % (c, ", ".join(CONFIGS)))
+    configs = bc.parse_configs(a.configs, CONFIGS)
     if "a" not in configs:
         configs.insert(0, "a")
 
     import torch
-    import fsdp_harness
     import fsdp_models
 
-    tool = _find_tool("fsdp-opt", a.build)
-    lib = _runtime_lib(a.build)
+    tool = bc.find_built(a.build, "bin", "fsdp-opt")
+    lib = bc.runtime_lib(a.build)
     if not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
-    work = a.work or tempfile.mkdtemp(prefix="fsdp-bench.")
-    if a.work:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    try:
+    with bc.scratch_dir(a.work, "fsdp-bench.") as work:
         model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
                             n_head=a.n_head, n_embd=a.n_embd, seed=0)
         assert a.prompt + a.new_tokens <= a.block_size, "prompt + new tokens must fit the block size"
@@ -450,53 +244,46 @@ def main(argv=None):
         dirs, opt = {}, {}
         opt_t0 = time.perf_counter()
         dirs["b"] = os.path.join(work, "b")
-        opt["b"] = _fsdp_opt(tool, model_pt, dirs["b"])
+        opt["b"] = bc.shard_gpt(tool, model_pt, "generate", dirs["b"])
         units = {u["path"]: u["bytes"] for u in opt["b"]["manifest"]["units"]}
         budget = units["."] + units["blocks.0"]
         dirs["b2"] = os.path.join(work, "b2")
-        opt["b2"] = _fsdp_opt(tool, model_pt, dirs["b2"], "--max-unsharded-bytes=%d" % budget)
+        opt["b2"] = bc.shard_gpt(tool, model_pt, "generate", dirs["b2"], "--max-unsharded-bytes=%d" % budget)
         dirs["c"] = os.path.join(work, "c")
-        opt["c"] = _fsdp_opt(tool, model_pt, dirs["c"], "--passes=" + CORE_PASSES)
+        opt["c"] = bc.shard_gpt(tool, model_pt, "generate", dirs["c"], "--passes=" + CORE_PASSES)
         opt_s = time.perf_counter() - opt_t0
         model_bytes = sum(units.values())
         print("model: GPT n_layer=%d n_embd=%d n_head=%d vocab=%d block=%d, %s of parameters "
               "(root unit %s, one layer %s); batch %d, prompt %d, %d new tokens; W=2, gloo, CPU"
-              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, _fmt_bytes(model_bytes),
-                 _fmt_bytes(units["."]), _fmt_bytes(units["blocks.0"]), a.batch, a.prompt,
+              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, fmt_bytes(model_bytes),
+                 fmt_bytes(units["."]), fmt_bytes(units["blocks.0"]), a.batch, a.prompt,
                  a.new_tokens), flush=True)
         print("fsdp-opt: 3 pipelines in %.1f s; (b2) budget --max-unsharded-bytes=%d" % (opt_s, budget),
               flush=True)
 
-        env = dict(os.environ)
-        env["FSDP_OPT_RUNTIME_LIB"] = lib
-        env["OMP_NUM_THREADS"] = "1"
-        env.setdefault("FSDP_OPT_TIMEOUT_S", "120")
+        env = bc.rank_env(lib)
         common = {"model_pt": model_pt, "inputs": inputs, "dirs": dirs, "model": model_kwargs,
                   "warmup": a.warmup, "repeats": a.repeats}
         samples = {c: [] for c in configs}
-        script = os.path.abspath(__file__) + ":bench_worker"
 
         isolated = {c: [] for c in configs}
 
         def launch(schedule, what, into, extra=None):
             t0 = time.perf_counter()
-            args = dict(common, schedule=schedule, dist_port=fsdp_harness.free_port(), **(extra or {}))
-            results = fsdp_harness.run_ranks(2, script, args=args, timeout=a.timeout, env=env)
-            if any(not r.ok for r in results):
-                sys.exit("error: %s failed:\n%s" % (what, fsdp_harness.describe_ranks(results)))
+            results = bc.launch_ranks(bench_worker, dict(common, schedule=schedule, **(extra or {})), what,
+                                      a.timeout, env)
             for i, cfg in enumerate(schedule):
-                values = [r.value[i] for r in results]
+                values = [r[i] for r in results]
                 into[cfg].append(values)
-                print("%-20s %-7s median %7.1f ms wall, %7.1f ms CPU" % (what, cfg, 1e3 * median(
-                    [max(ts) for ts in zip(*[v["times"] for v in values])]), 1e3 * median(
-                    [max(ts) for ts in zip(*[v["cpu"] for v in values])])), flush=True)
+                print("%-20s %-7s median %7.1f ms wall, %7.1f ms CPU" % (
+                    what, cfg, 1e3 * median(bc.slower_rank(values, "times")),
+                    1e3 * median(bc.slower_rank(values, "cpu"))), flush=True)
             print("%-20s %.1f s wall" % (what, time.perf_counter() - t0), flush=True)
 
-        load_start = os.getloadavg()
-        print("load average at start: %.1f %.1f %.1f on %d CPUs" % (load_start + (os.cpu_count(),)), flush=True)
+        load_start = bc.report_load()
         wall_t0 = time.perf_counter()
         for rnd in range(a.rounds):
-            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+            order = bc.rotated(configs, rnd)
             what = "round %d/%d" % (rnd + 1, a.rounds)
             if a.per_process:
                 for cfg in order:
@@ -520,8 +307,8 @@ def main(argv=None):
                     per_call += [t for v in values for t in v["times"]]
                     cpu_call += [t for v in values for t in v["cpu"]]
                 else:  # ranks wait for each other: a call takes as long as the slower rank
-                    per_call += [max(ts) for ts in zip(*[v["times"] for v in values])]
-                    cpu_call += [max(ts) for ts in zip(*[v["cpu"] for v in values])]
+                    per_call += bc.slower_rank(values, "times")
+                    cpu_call += bc.slower_rank(values, "cpu")
             for values in samples[cfg] + isolated[cfg]:
                 for v in values:
                     if v["tokens"].dtype != want.dtype or v["tokens"].shape != want.shape or \
@@ -567,18 +354,12 @@ def main(argv=None):
             r = rows[cfg]
             lines.append((r["label"], "%.1f" % r["ms"], "%.2f" % r["vs_a"],
                           "%.2f" % r["vs_d_rt"] if r["vs_d_rt"] else "-", "%.1f" % r["cpu_ms"],
-                          _fmt_count(r["all_gathers"]), _fmt_bytes(r["bytes_gathered"]),
-                          _fmt_bytes(r["peak_unsharded_bytes"]),
+                          fmt_count(r["all_gathers"]), fmt_bytes(r["bytes_gathered"]),
+                          fmt_bytes(r["peak_unsharded_bytes"]),
                           "/".join("%.0f" % x for x in r["rss_mib"]) + ("" if r["rss_isolated"] else "*") +
                           " (+" + "/+".join("%.0f" % (x - y) for x, y in zip(r["rss_mib"], r["rss_start_mib"])) + ")",
                           "yes" if r["bitwise_equal"] else "NO (%s)" % ", ".join(r["mismatches"])))
-        widths = [max(len(str(x[i])) for x in [head] + lines) for i in range(len(head))]
-        table = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths)) + " |",
-                 "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-        table += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(line, widths)) + " |" for line in lines]
-        print()
-        print("\n".join(table))
-        print()
+        table = bc.print_table(head, lines)
         print("ms/generate: median over %s timed calls (%d rounds x %d calls of each configuration, "
               "each after %d untimed warmup calls) of the slower rank's wall time; / (a), / (d,T): that median divided by "
               "(a)'s, (d, reshard=True)'s; CPU ms: the same median of the process's CPU time (all "
@@ -628,7 +409,7 @@ def main(argv=None):
                "model_bytes": model_bytes, "units": units, "budget_b2": budget,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "configs": configs,
                "rows": rows, "targets": targets, "all_bitwise_equal": all_equal,
-               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": _cpu_model(), "git_head": git_head(ROOT),
+               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(), "git_head": git_head(ROOT),
                "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
                "argv": sys.argv[1:] if argv is None else argv, "table": table}
@@ -639,20 +420,6 @@ def main(argv=None):
             _plot(rows, configs, plot, a)
             print("plot: %s" % plot)
         return 0 if all_equal else 1
-    finally:
-        if not a.work:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-def _cpu_model():
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return "?"
 
 
 def _plot_from(json_path, path):
@@ -681,7 +448,7 @@ def _plot(rows, configs, path, a):
             ax.plot(pts, [y] * len(pts), "k.", ms=3, alpha=0.4)
             note = " %.0f" % rows[c][key]
             if key == "ms":
-                note += " (%s gathers)" % _fmt_count(rows[c]["all_gathers"])
+                note += " (%s gathers)" % fmt_count(rows[c]["all_gathers"])
             ax.text(max(pts + [rows[c][key]]), y, note, va="center", fontsize=8)
         ax.set_xlim(0, max(max(rows[c][key + "_all"]) for c in configs) * 1.45)
         ax.set_xlabel(title + "\nbar: median; dots: every timed call", fontsize=9)

@@ -32,20 +32,14 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 import time
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-INPUTS = os.path.join(ROOT, "test", "Inputs")
-for _path in (INPUTS, HERE):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
+if HERE not in sys.path:  # bench_common is beside this file, wherever it is run from
+    sys.path.insert(0, HERE)
 
-from bench_common import git_head, median  # noqa: E402
-
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, git_head, median  # noqa: E402
 
 import torch  # noqa: E402
 import torch.nn as nn  # noqa: E402
@@ -73,19 +67,6 @@ class Stack(nn.Module):
         return x
 
 
-def _find(build, sub, name):
-    if build:
-        path = os.path.join(build, sub, name)
-        if os.path.exists(path):
-            return path
-    if sub == "bin" and shutil.which(name):
-        return shutil.which(name)
-    path = os.path.join(ROOT, "build", "t2", sub, name)
-    if os.path.exists(path):
-        return path
-    sys.exit("error: cannot find %s (build it: bash scripts/build.sh t2, or pass --build)" % name)
-
-
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true", help="smoke: 4 and 16 units, 1 repeat, no plot")
@@ -110,21 +91,17 @@ def main(argv=None):
     plot = a.plot if a.plot is not None else (None if a.quick else os.path.join(ROOT, "docs", "bench_pass_scaling.png"))
     sizes = [int(x) for x in a.units.split(",") if x]
 
-    tool = _find(a.build, "bin", "fsdp-opt")
+    tool = bc.find_built(a.build, "bin", "fsdp-opt")
     runtime_lib = os.environ.get("FSDP_OPT_RUNTIME_LIB")  # lit sets it; libfsdp_passes.so is beside it
     if not a.build and runtime_lib and os.path.exists(os.path.join(os.path.dirname(runtime_lib), "libfsdp_passes.so")):
         passes_lib = os.path.join(os.path.dirname(runtime_lib), "libfsdp_passes.so")
     else:
-        passes_lib = _find(a.build, "lib", "libfsdp_passes.so")
+        passes_lib = bc.find_built(a.build, "lib", "libfsdp_passes.so")
     torch.ops.load_library(passes_lib)
     torch.set_num_threads(1)
     transform = torch.ops.fsdp_opt.transform
 
-    work = a.work or tempfile.mkdtemp(prefix="fsdp-pass-scaling.")
-    if a.work:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    try:
+    with bc.scratch_dir(a.work, "fsdp-pass-scaling.") as work:
         models = {}
         for n in sizes:
             t0 = time.perf_counter()
@@ -162,8 +139,7 @@ def main(argv=None):
             run_transform(n, [])
         t_all = time.perf_counter()
         for rep in range(a.repeats):
-            order = sizes[rep % len(sizes):] + sizes[:rep % len(sizes)]
-            for n in order:
+            for n in bc.rotated(sizes, rep):
                 c0, t0 = time.process_time(), time.perf_counter()
                 m = torch.jit.load(models[n])
                 load[n].append((time.perf_counter() - t0, time.process_time() - c0))
@@ -288,9 +264,6 @@ def main(argv=None):
             _plot(rows, marg, pipeline, plot)
             print("plot: %s" % plot)
         return 0
-    finally:
-        if not a.work:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _plot(rows, marg, pipeline, path):

@@ -48,26 +48,17 @@ All configurations took the same steps on the same batches from the same weights
 import argparse
 import json
 import os
-import shutil
-import subprocess
 import sys
-import tempfile
 import time
-import warnings
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ROOT = os.path.dirname(HERE)
-INPUTS = os.path.join(ROOT, "test", "Inputs")
+if HERE not in sys.path:  # rank processes import this file by its path: bench_common is beside it
+    sys.path.insert(0, HERE)
+
+import bench_common as bc  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
+
 PYTHON_DIR = os.path.join(ROOT, "python")
-for _path in (INPUTS, HERE):
-    if _path not in sys.path:
-        sys.path.insert(0, _path)
-
-from bench_common import git_head, median  # noqa: E402
-from generate_vs_eager import (_cpu_model, _eager_gpt, _find_tool, _fmt_bytes, _fmt_count,  # noqa: E402
-                               _fsdp1_unsharded_bytes, _fsdp2_unsharded_bytes, _init_dist, _runtime_lib)
-
-warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", category=FutureWarning)
 
 CONFIGS = {
     "a": "(limit) original, unsharded, no communication",
@@ -250,22 +241,12 @@ def _setup(ctx, cfg, a):
         return conf
 
     if cfg in ("d_rt", "d_rf"):
-        try:
-            from torch.distributed.fsdp import fully_shard
-        except ImportError:  # torch < 2.6
-            from torch.distributed._composable.fsdp import fully_shard
-        from torch.distributed.device_mesh import init_device_mesh
         from torch.distributed.tensor import DTensor
-        mesh = init_device_mesh("cpu", (ctx.world_size,))
-        model = _eager_gpt(a)
-        reshard = cfg == "d_rt"
-        for block in model.blocks:
-            fully_shard(block, mesh=mesh, reshard_after_forward=reshard)
-        fully_shard(model, mesh=mesh, reshard_after_forward=reshard)
+        model = bc.eager_gpt(a)
+        modules = bc.fsdp2_shard_blocks(model, ctx.world_size, cfg == "d_rt")
         conf.model = model
         conf.opt = _optimizer(list(model.parameters()), lr)
-        modules = list(model.blocks) + [model]
-        conf.param_bytes = lambda: _fsdp2_unsharded_bytes(modules) + _fsdp2_inflight_bytes(modules)
+        conf.param_bytes = lambda: bc.fsdp2_unsharded_bytes(modules) + _fsdp2_inflight_bytes(modules)
         conf.grad_bytes = lambda: _fsdp2_grad_bytes(modules)
 
         def full_state():
@@ -279,15 +260,11 @@ def _setup(ctx, cfg, a):
 
     if cfg == "e":
         from torch.distributed.fsdp import FullyShardedDataParallel as FSDP
-        model = _eager_gpt(a)
-        cpu = torch.device("cpu")
-        for i in range(len(model.blocks)):
-            model.blocks[i] = FSDP(model.blocks[i], device_id=cpu)
-        fmodel = FSDP(model, device_id=cpu)
+        fmodel = bc.fsdp1_wrap_blocks(bc.eager_gpt(a))
         conf.model = fmodel
         conf.opt = _optimizer(list(fmodel.parameters()), lr)
         modules = FSDP.fsdp_modules(fmodel)
-        conf.param_bytes = lambda: _fsdp1_unsharded_bytes(modules)
+        conf.param_bytes = lambda: bc.fsdp1_unsharded_bytes(modules)
         conf.grad_bytes = lambda: _fsdp1_grad_bytes(modules)
 
         def full_state():
@@ -375,10 +352,9 @@ def bench_worker(ctx):
     on rank 0 only)."""
     import torch
     import torch.distributed as dist
-    torch.set_num_threads(1)
     a = ctx.args
     batches = torch.load(a["inputs"])[ctx.rank]  # [(x, y)] per step
-    _init_dist(ctx, a)
+    bc.init_rank(ctx)
     schedule = a["schedule"]
     confs = {cfg: _setup(ctx, cfg, a) for cfg in schedule}
     steps = {cfg: 0 for cfg in schedule}
@@ -410,8 +386,7 @@ def bench_worker(ctx):
         for w in range(a["warmup"]):
             run(cfg, False, count=(cfg in EAGER and w == a["warmup"] - 1))
     for rep in range(a["repeats"]):
-        k = rep % len(schedule)
-        for cfg in schedule[k:] + schedule[:k]:
+        for cfg in bc.rotated(schedule, rep):
             run(cfg, True)
     dist.barrier()
     probe = _probe(ctx, a) if a["probe_repeats"] else None
@@ -427,21 +402,6 @@ def bench_worker(ctx):
 
 
 # ---- driver side -----------------------------------------------------------------------------
-
-def _fsdp_opt(tool, model_pt, out, *extra):
-    cmd = [tool, model_pt, "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--world-size=2", "-o", out,
-           "--stats"] + list(extra)
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
-    if r.returncode != 0:
-        sys.exit("error: %s failed (exit %d):\n%s" % (" ".join(cmd), r.returncode, r.stderr))
-    with open(os.path.join(out, "manifest.json")) as f:
-        manifest = json.load(f)
-    predicted = None
-    for line in r.stdout.splitlines():
-        if "gathers per call of forward:" in line:
-            predicted = line.split(":", 1)[1].strip()
-    return {"cmd": cmd, "manifest": manifest, "predicted_gathers": predicted}
-
 
 def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -479,25 +439,17 @@ def main(argv=None):
         a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, a.batch = 4, 32, 2, 67, 16, 2
         a.rounds, a.warmup, a.repeats, a.probe_repeats = 1, 1, 1, 1
     plot = a.plot if a.plot is not None else (None if a.quick else os.path.join(ROOT, "docs", "bench_train.png"))
-    configs = [c for c in a.configs.split(",") if c]
-    for c in configs:
-        if c not in CONFIGS:
-            sys.exit("error: unknown configuration %r (known: %s)" % (c, ", ".join(CONFIGS)))
+    configs = bc.parse_configs(a.configs, CONFIGS)
 
     import torch
-    import fsdp_harness
     import fsdp_models
 
     need_ours = any(c in OURS for c in configs)
-    tool = _find_tool("fsdp-opt", a.build) if need_ours else None
-    lib = _runtime_lib(a.build)
+    tool = bc.find_built(a.build, "bin", "fsdp-opt") if need_ours else None
+    lib = bc.runtime_lib(a.build)
     if need_ours and not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
-    work = a.work or tempfile.mkdtemp(prefix="fsdp-bench-train.")
-    if a.work:
-        shutil.rmtree(work, ignore_errors=True)
-        os.makedirs(work)
-    try:
+    with bc.scratch_dir(a.work, "fsdp-bench-train.") as work:
         model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
                             n_head=a.n_head, n_embd=a.n_embd, seed=0)
         model = fsdp_models.make("gpt", **model_kwargs)
@@ -524,50 +476,43 @@ def main(argv=None):
         budget = root_bytes + block_bytes
         if need_ours:
             dirs["ours"] = os.path.join(work, "ours")
-            opt["ours"] = _fsdp_opt(tool, model_pt, dirs["ours"])
+            opt["ours"] = bc.shard_gpt(tool, model_pt, "forward", dirs["ours"])
             units = {u["path"]: u["bytes"] for u in opt["ours"]["manifest"]["units"]}
             budget = units["."] + units["blocks.0"]
             if "ours_b" in configs:
                 dirs["ours_b"] = os.path.join(work, "ours_b")
-                opt["ours_b"] = _fsdp_opt(tool, model_pt, dirs["ours_b"], "--max-unsharded-bytes=%d" % budget)
+                opt["ours_b"] = bc.shard_gpt(tool, model_pt, "forward", dirs["ours_b"], "--max-unsharded-bytes=%d" % budget)
         print("model: GPT n_layer=%d n_embd=%d n_head=%d vocab=%d block=%d, %s of parameters in %d tensors "
               "(root unit %s, one block %s); batch %d x %d tokens per rank; AdamW(foreach=False); W=2, gloo, CPU"
-              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, _fmt_bytes(model_bytes), n_params,
-                 _fmt_bytes(root_bytes), _fmt_bytes(block_bytes), a.batch, a.block_size), flush=True)
+              % (a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, fmt_bytes(model_bytes), n_params,
+                 fmt_bytes(root_bytes), fmt_bytes(block_bytes), a.batch, a.block_size), flush=True)
         if "ours_b" in configs:
             print("ours_b: --max-unsharded-bytes=%d (root + one block)" % budget, flush=True)
 
-        env = dict(os.environ)
-        env["FSDP_OPT_RUNTIME_LIB"] = lib
+        env = bc.rank_env(lib)
         env["FSDP_OPT_LIB_DIR"] = os.path.dirname(lib)
-        env["OMP_NUM_THREADS"] = "1"
-        env.setdefault("FSDP_OPT_TIMEOUT_S", "120")
         common = {"model_pt": model_pt, "inputs": inputs, "dirs": dirs, "model": model_kwargs,
                   "warmup": a.warmup, "repeats": a.repeats, "lr": a.lr, "python_dir": PYTHON_DIR,
                   "probe_repeats": a.probe_repeats,
                   "param_names": param_names}
         samples = {c: [] for c in configs}
         probes = []
-        script = os.path.abspath(__file__) + ":bench_worker"
 
-        load_start = os.getloadavg()
-        print("load average at start: %.1f %.1f %.1f on %d CPUs" % (load_start + (os.cpu_count(),)), flush=True)
+        load_start = bc.report_load()
         wall_t0 = time.perf_counter()
         for rnd in range(a.rounds):
-            order = configs[rnd % len(configs):] + configs[:rnd % len(configs)]
+            order = bc.rotated(configs, rnd)
             t0 = time.perf_counter()
-            args = dict(common, schedule=order, dist_port=fsdp_harness.free_port())
-            results = fsdp_harness.run_ranks(2, script, args=args, timeout=a.timeout, env=env)
-            if any(not r.ok for r in results):
-                sys.exit("error: round %d failed:\n%s" % (rnd + 1, fsdp_harness.describe_ranks(results)))
+            results = bc.launch_ranks(bench_worker, dict(common, schedule=order), "round %d" % (rnd + 1),
+                                      a.timeout, env)
             for i, cfg in enumerate(order):
-                values = [r.value["configs"][i] for r in results]
+                values = [r["configs"][i] for r in results]
                 samples[cfg].append(values)
-                print("round %d/%d %-7s median %7.1f ms wall, %7.1f ms CPU" % (rnd + 1, a.rounds, cfg, 1e3 * median(
-                    [max(ts) for ts in zip(*[v["times"] for v in values])]), 1e3 * median(
-                    [max(ts) for ts in zip(*[v["cpu"] for v in values])])), flush=True)
+                print("round %d/%d %-7s median %7.1f ms wall, %7.1f ms CPU" % (
+                    rnd + 1, a.rounds, cfg, 1e3 * median(bc.slower_rank(values, "times")),
+                    1e3 * median(bc.slower_rank(values, "cpu"))), flush=True)
             if a.probe_repeats:
-                probes.append([r.value["probe"] for r in results])
+                probes.append([r["probe"] for r in results])
             print("round %d/%d %.1f s wall" % (rnd + 1, a.rounds, time.perf_counter() - t0), flush=True)
         wall_s = time.perf_counter() - wall_t0
 
@@ -577,10 +522,10 @@ def main(argv=None):
             per_step, cpu_step = [], []
             phases = {k: [] for k in PHASES}
             for values in samples[cfg]:
-                per_step += [max(ts) for ts in zip(*[v["times"] for v in values])]
-                cpu_step += [max(ts) for ts in zip(*[v["cpu"] for v in values])]
+                per_step += bc.slower_rank(values, "times")
+                cpu_step += bc.slower_rank(values, "cpu")
                 for k in PHASES:
-                    phases[k] += [max(ts) for ts in zip(*[v["phases"][k] for v in values])]
+                    phases[k] += bc.slower_rank([v["phases"] for v in values], k)
             counts = samples[cfg][-1][0]["counts"]
             counts1 = samples[cfg][-1][1]["counts"]
             rows[cfg] = {
@@ -639,16 +584,10 @@ def main(argv=None):
             ph = r["phase_ms"]
             lines.append((r["label"], "%.1f" % r["ms"], "%.2f" % r["vs_ref"] if r["vs_ref"] else "-",
                           "%.1f" % r["cpu_ms"], "%.1f / %.1f / %.1f" % (ph["fwd"], ph["bwd"], ph["opt"]),
-                          _fmt_bytes(r["peak_unsharded_bytes"]), _fmt_bytes(r["peak_unsharded_grad_bytes"]),
-                          _fmt_count(r["all_gathers"]), _fmt_count(r["reductions"]), _fmt_count(r["collectives"]),
+                          fmt_bytes(r["peak_unsharded_bytes"]), fmt_bytes(r["peak_unsharded_grad_bytes"]),
+                          fmt_count(r["all_gathers"]), fmt_count(r["reductions"]), fmt_count(r["collectives"]),
                           "-" if r["max_abs_diff"] is None else "%.2g" % r["max_abs_diff"]))
-        widths = [max(len(str(x[i])) for x in [head] + lines) for i in range(len(head))]
-        table = ["| " + " | ".join(str(x).ljust(w) for x, w in zip(head, widths)) + " |",
-                 "|" + "|".join("-" * (w + 2) for w in widths) + "|"]
-        table += ["| " + " | ".join(str(x).ljust(w) for x, w in zip(line, widths)) + " |" for line in lines]
-        print()
-        print("\n".join(table))
-        print()
+        table = bc.print_table(head, lines)
         print("ms/step: median over %s timed steps (%d rounds x %d steps of each configuration, each round after %d "
               "untimed warmup steps) of the slower rank's wall time; / FSDP2 (T): that median divided by FSDP2 "
               "reshard_after_forward=True's; CPU ms: the same median of the process's CPU time; fwd / bwd / opt: "
@@ -690,14 +629,14 @@ def main(argv=None):
             for k in kinds:
                 per = []
                 for values in probes:
-                    per += [max(ts) for ts in zip(*[v["times"][k] for v in values])]
+                    per += bc.slower_rank([v["times"] for v in values], k)
                 probe["ms"][k] = 1e3 * median(per)
                 probe["ms_all"][k] = [1e3 * t for t in per]
             c = probe["counts"]
             print("collectives alone (torch.distributed gloo, %s of padded full gradients, median of the slower rank "
                   "over %d repetitions): %d all-to-alls, one per parameter: %.1f ms; %d all-to-alls, one per unit: "
                   "%.1f ms; %d reduce-scatters, one per unit: %.1f ms; %d all-gathers, one per unit: %.1f ms"
-                  % (_fmt_bytes(probe["bytes"]), len(probe["ms_all"]["a2a_per_unit"]), c["a2a_per_param"],
+                  % (fmt_bytes(probe["bytes"]), len(probe["ms_all"]["a2a_per_unit"]), c["a2a_per_param"],
                      probe["ms"]["a2a_per_param"], c["a2a_per_unit"], probe["ms"]["a2a_per_unit"], c["rs_per_unit"],
                      probe["ms"]["rs_per_unit"], c["ag_per_unit"], probe["ms"]["ag_per_unit"]))
 
@@ -706,7 +645,7 @@ def main(argv=None):
                "budget_ours_b": budget, "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats,
                "configs": configs, "rows": rows, "targets": targets, "params_match": ok,
                "ours_budget_bitwise_equal": same, "tolerance": a.tolerance, "probe": probe,
-               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": _cpu_model(), "git_head": git_head(ROOT),
+               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(), "git_head": git_head(ROOT),
                "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
                "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
                "argv": sys.argv[1:] if argv is None else argv, "table": table}
@@ -717,9 +656,6 @@ def main(argv=None):
             _plot(out, plot)
             print("plot: %s" % plot)
         return 0 if ok else 1
-    finally:
-        if not a.work:
-            shutil.rmtree(work, ignore_errors=True)
 
 
 def _plot(d, path):
@@ -748,7 +684,7 @@ def _plot(d, path):
         ax.plot([rows[c]["ms"]], [y], "k|", ms=14, mew=2)
         note = " %.0f ms" % rows[c]["ms"]
         if rows[c]["collectives"]:
-            note += " (%s coll.)" % _fmt_count(rows[c]["collectives"])
+            note += " (%s coll.)" % fmt_count(rows[c]["collectives"])
         outside = [t for t in pts if t > xmax]
         if outside:
             note += " [off scale: %s ms]" % ", ".join("%.0f" % t for t in sorted(outside))
