@@ -300,34 +300,41 @@ def fsdp1_unsharded_bytes(modules):
     return total
 
 
-class _CollectiveCounter:
-    """A TorchDispatchMode that counts c10d all-gathers and the bytes of their outputs (the
-    one CommDebugMode uses: it sees every c10d collective), and other c10d ops by name."""
+def collective_counter(on_op=None):
+    """A TorchDispatchMode (the kind CommDebugMode is: it sees every c10d collective, which
+    eager FSDP issues without counting them anywhere) that counts all-gathers and the bytes of
+    their outputs, every other c10d op by name, and all ops; on_op() runs before and after
+    every op, where unsharded bytes can change (forward, backward and optimizer alike)."""
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
 
-    def __new__(cls):
-        import torch
-        from torch.utils._python_dispatch import TorchDispatchMode
-        from torch.utils._pytree import tree_leaves
+    class Mode(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.all_gathers = 0
+            self.bytes = 0
+            self.other = {}
+            self.ops = 0
 
-        class Mode(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.all_gathers = 0
-                self.bytes = 0
-                self.other = {}
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            name = str(getattr(func, "_overloadpacket", func))
+            self.ops += 1
+            if on_op:
+                on_op()
+            if name.startswith("c10d."):
+                if "allgather" in name:
+                    self.all_gathers += 1
+                    self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(args[0])
+                                      if isinstance(t, torch.Tensor))
+                else:
+                    self.other[name] = self.other.get(name, 0) + 1
+            out = func(*args, **(kwargs or {}))
+            if on_op:
+                on_op()
+            return out
 
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = str(getattr(func, "_overloadpacket", func))
-                if name.startswith("c10d."):
-                    if "allgather" in name:
-                        self.all_gathers += 1
-                        self.bytes += sum(t.numel() * t.element_size() for t in tree_leaves(args[0])
-                                          if isinstance(t, torch.Tensor))
-                    else:
-                        self.other[name] = self.other.get(name, 0) + 1
-                return func(*args, **(kwargs or {}))
-
-        return Mode()
+    return Mode()
 
 
 def count_eager_call(call, blocks, unsharded_bytes):
@@ -340,7 +347,7 @@ def count_eager_call(call, blocks, unsharded_bytes):
         peak[0] = max(peak[0], unsharded_bytes())
 
     handles = [b.register_forward_pre_hook(sample) for b in blocks]
-    mode = _CollectiveCounter()
+    mode = collective_counter()
     try:
         with mode:
             call()

@@ -130,45 +130,6 @@ def _fsdp1_grad_bytes(modules):
     return total
 
 
-class _Sampler:
-    """A TorchDispatchMode that counts c10d collectives by kind and, before every op (forward,
-    backward and optimizer alike), samples unsharded parameter and gradient bytes."""
-
-    def __new__(cls, param_bytes, grad_bytes):
-        from torch.utils._python_dispatch import TorchDispatchMode
-
-        class Mode(TorchDispatchMode):
-            def __init__(self):
-                super().__init__()
-                self.gathers = 0
-                self.reductions = 0
-                self.other = {}
-                self.peak_params = 0
-                self.peak_grads = 0
-                self.ops = 0
-
-            def sample(self):
-                self.peak_params = max(self.peak_params, param_bytes())
-                self.peak_grads = max(self.peak_grads, grad_bytes())
-
-            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                name = str(getattr(func, "_overloadpacket", func))
-                self.ops += 1
-                self.sample()
-                if name.startswith("c10d."):
-                    if "allgather" in name:
-                        self.gathers += 1
-                    elif "reduce_scatter" in name or "allreduce" in name:
-                        self.reductions += 1
-                    else:
-                        self.other[name] = self.other.get(name, 0) + 1
-                out = func(*args, **(kwargs or {}))
-                self.sample()
-                return out
-
-        return Mode()
-
-
 class _Config:
     """One configuration, set up in this rank process. step(x, y) runs one training step and
     returns its phase times; count_step(x, y) runs one under the sampler (eager FSDP only);
@@ -282,13 +243,23 @@ def _setup(ctx, cfg, a):
 
 
 def _count_step(conf, x, y):
-    """One step of an eager FSDP configuration under the sampler; returns its counts."""
-    mode = _Sampler(conf.param_bytes, conf.grad_bytes)
+    """One step of an eager FSDP configuration under the collective counter, sampling
+    unsharded parameter and gradient bytes around every op; returns its phase times."""
+    peak = {"params": 0, "grads": 0}
+
+    def sample():
+        peak["params"] = max(peak["params"], conf.param_bytes())
+        peak["grads"] = max(peak["grads"], conf.grad_bytes())
+
+    mode = bc.collective_counter(sample)
     with mode:
         phases = conf.step(x, y)
-    conf.counts_value = {"all_gathers": mode.gathers, "reductions": mode.reductions,
-                         "peak_unsharded_bytes": mode.peak_params, "peak_unsharded_grad_bytes": mode.peak_grads,
-                         "other_collectives": mode.other, "ops_sampled": mode.ops}
+    # either kind is one gradient reduction, the counterpart of ours' grad_reductions
+    reductions = {n: k for n, k in mode.other.items() if "reduce_scatter" in n or "allreduce" in n}
+    conf.counts_value = {"all_gathers": mode.all_gathers, "reductions": sum(reductions.values()),
+                         "peak_unsharded_bytes": peak["params"], "peak_unsharded_grad_bytes": peak["grads"],
+                         "other_collectives": {n: k for n, k in mode.other.items() if n not in reductions},
+                         "ops_sampled": mode.ops}
     conf.counts = lambda: conf.counts_value
     return phases
 
