@@ -72,6 +72,37 @@ def cpu_model():
     return "?"
 
 
+# ---- command line ----------------------------------------------------------------------------
+
+def add_model_args(p, n_embd):
+    """The GPT's shape, the same flags in every benchmark so that their models can be made
+    alike; only the default width differs."""
+    p.add_argument("--n-layer", type=int, default=4)
+    p.add_argument("--n-embd", type=int, default=n_embd)
+    p.add_argument("--n-head", type=int, default=4)
+    p.add_argument("--vocab", type=int, default=1000)
+    p.add_argument("--block-size", type=int, default=64)
+
+
+def use_tiny_model(a):
+    """--quick's GPT: the counts and bytes test/bench-smoke.py expects are this model's."""
+    a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size = 4, 32, 2, 67, 16
+
+
+def model_kwargs(a):
+    """fsdp_models.make("gpt")'s arguments for the shape on the command line; seed 0, so that
+    every benchmark and run starts from the same weights."""
+    return dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer, n_head=a.n_head,
+                n_embd=a.n_embd, seed=0)
+
+
+def add_build_args(p):
+    """--build and --work, as every benchmark that launches ranks reads them."""
+    p.add_argument("--build", help="build directory with bin/fsdp-opt and lib/libfsdp_runtime.so "
+                   "(default: fsdp-opt on PATH and $FSDP_OPT_RUNTIME_LIB, else build/t2)")
+    p.add_argument("--work", help="scratch directory (default: a temporary one, removed)")
+
+
 def parse_configs(text, known):
     """The comma-separated configurations of --configs, exiting on an unknown one before any
     time is spent building models."""
@@ -378,6 +409,22 @@ def fmt_count(x):
     if x is None:
         return "-"
     return ("%d" % x) if float(x).is_integer() else ("%.2f" % x)
+
+
+def run_record(load_start, load_end, opt, wall_s, argv, table):
+    """The fields that end every benchmark's JSON: which torch, machine, load, commit and
+    fsdp-opt commands produced its numbers, for comparing runs later."""
+    import torch
+    return {"torch": torch.__version__, "nproc": os.cpu_count(), "cpu": cpu_model(), "git_head": git_head(ROOT),
+            "loadavg_start": load_start, "loadavg_end": load_end,
+            "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
+            "argv": sys.argv[1:] if argv is None else argv, "table": table}
+
+
+def write_json(path, out):
+    """default=str: rows hold tensors and tuples that only need to be readable."""
+    with open(path, "w") as f:
+        json.dump(out, f, indent=1, default=str)
 
 
 def print_table(head, lines):

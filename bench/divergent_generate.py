@@ -49,7 +49,6 @@ decoding steps the longer rank runs. The script exits 1 otherwise.
 """
 
 import argparse
-import json
 import os
 import sys
 import time
@@ -59,7 +58,7 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
     sys.path.insert(0, HERE)
 
 import bench_common as bc  # noqa: E402
-from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, median  # noqa: E402
 
 CONFIGS = {
     "a": "(a) original, unsharded, 1 process per rank",
@@ -197,26 +196,20 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="smoke mode: tiny model, 4 new tokens, 1 round, 1 warmup, 1 repeat, no JSON")
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=128)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--block-size", type=int, default=64)
+    bc.add_model_args(p, n_embd=128)
     p.add_argument("--prompt", type=int, default=16, help="prompt tokens (batch 1, the same on both ranks)")
     p.add_argument("--new-tokens", type=int, default=32, help="max_new_tokens: rank 1 runs all of them")
     p.add_argument("--rounds", type=int, default=6)
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=10, help="timed calls per configuration and round")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
-    p.add_argument("--build", help="build directory with bin/fsdp-opt and lib/libfsdp_runtime.so "
-                   "(default: fsdp-opt on PATH and $FSDP_OPT_RUNTIME_LIB, else build/t2)")
-    p.add_argument("--work", help="scratch directory (default: a temporary one, removed)")
+    bc.add_build_args(p)
     p.add_argument("--json", help="write the results here (default bench/results/divergent_generate.json; "
                    "none with --quick)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch of rank processes")
     a = p.parse_args(argv)
     if a.quick:
-        a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size = 4, 32, 2, 67, 16
+        bc.use_tiny_model(a)
         a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats = 4, 4, 1, 1, 1
     json_path = a.json if a.json is not None else (
         None if a.quick else os.path.join(ROOT, "bench", "results", "divergent_generate.json"))
@@ -235,8 +228,7 @@ def main(argv=None):
     if not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
     with bc.scratch_dir(a.work, "fsdp-bench-div.") as work:
-        model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
-                            n_head=a.n_head, n_embd=a.n_embd, seed=0)
+        model_kwargs = bc.model_kwargs(a)
         model_pt = os.path.join(work, "stop_gpt.pt")
         scripted = fsdp_models.save(dm.make("stop_gpt", **model_kwargs), model_pt)
         with fsdp_models.seeded(1):
@@ -380,13 +372,9 @@ def main(argv=None):
                    "eos": [first, -1], "steps": steps, "model_bytes": model_bytes, "units": units,
                    "budget": budget, "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats,
                    "configs": configs, "rows": rows, "failures": failures,
-                   "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(),
-                   "git_head": git_head(ROOT), "loadavg_start": load_start, "loadavg_end": load_end,
-                   "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
-                   "argv": sys.argv[1:] if argv is None else argv, "table": table}
+                   **bc.run_record(load_start, load_end, opt, wall_s, argv, table)}
             os.makedirs(os.path.dirname(os.path.abspath(json_path)), exist_ok=True)
-            with open(json_path, "w") as f:
-                json.dump(out, f, indent=1, default=str)
+            bc.write_json(json_path, out)
             print("json: %s" % json_path)
         return 1 if failures else 0
 

@@ -67,7 +67,7 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
     sys.path.insert(0, HERE)
 
 import bench_common as bc  # noqa: E402
-from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, median  # noqa: E402
 
 CORE_PASSES = "specialize-unit-types,insert-unit-gathers,wrap-entry-methods,reshard-on-raise,verify-fsdp"
 
@@ -182,11 +182,7 @@ def main(argv=None):
     p.add_argument("--quick", action="store_true",
                    help="smoke mode: tiny model, 4 new tokens, 1 round, 1 warmup, 1 repeat, "
                    "--no-isolated, no plot")
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=256)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--block-size", type=int, default=64)
+    bc.add_model_args(p, n_embd=256)
     p.add_argument("--batch", type=int, default=1)
     p.add_argument("--prompt", type=int, default=16, help="prompt tokens")
     p.add_argument("--new-tokens", type=int, default=32)
@@ -194,9 +190,7 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--repeats", type=int, default=5, help="timed generate calls per process")
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
-    p.add_argument("--build", help="build directory with bin/fsdp-opt and lib/libfsdp_runtime.so "
-                   "(default: fsdp-opt on PATH and $FSDP_OPT_RUNTIME_LIB, else build/t2)")
-    p.add_argument("--work", help="scratch directory (default: a temporary one, removed)")
+    bc.add_build_args(p)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write the PNG here (default docs/bench_generate.png; none with --quick)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch of rank processes")
@@ -214,7 +208,7 @@ def main(argv=None):
         _plot_from(a.plot_from, a.plot or os.path.join(ROOT, "docs", "bench_generate.png"))
         return 0
     if a.quick:
-        a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size = 4, 32, 2, 67, 16
+        bc.use_tiny_model(a)
         a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats = 4, 4, 1, 1, 1
         a.per_process, a.no_isolated = False, True
     plot = a.plot if a.plot is not None else (None if a.quick else os.path.join(ROOT, "docs", "bench_generate.png"))
@@ -230,8 +224,7 @@ def main(argv=None):
     if not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
     with bc.scratch_dir(a.work, "fsdp-bench.") as work:
-        model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
-                            n_head=a.n_head, n_embd=a.n_embd, seed=0)
+        model_kwargs = bc.model_kwargs(a)
         assert a.prompt + a.new_tokens <= a.block_size, "prompt + new tokens must fit the block size"
         model_pt = os.path.join(work, "gpt.pt")
         fsdp_models.save(fsdp_models.make("gpt", **model_kwargs), model_pt)
@@ -409,13 +402,9 @@ def main(argv=None):
                "model_bytes": model_bytes, "units": units, "budget_b2": budget,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "configs": configs,
                "rows": rows, "targets": targets, "all_bitwise_equal": all_equal,
-               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(), "git_head": git_head(ROOT),
-               "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
-               "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
-               "argv": sys.argv[1:] if argv is None else argv, "table": table}
+               **bc.run_record(load_start, os.getloadavg(), opt, wall_s, argv, table)}
         if a.json:
-            with open(a.json, "w") as f:
-                json.dump(out, f, indent=1, default=str)
+            bc.write_json(a.json, out)
         if plot:
             _plot(rows, configs, plot, a)
             print("plot: %s" % plot)

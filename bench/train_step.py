@@ -56,7 +56,7 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
     sys.path.insert(0, HERE)
 
 import bench_common as bc  # noqa: E402
-from bench_common import ROOT, fmt_bytes, fmt_count, git_head, median  # noqa: E402
+from bench_common import ROOT, fmt_bytes, fmt_count, median  # noqa: E402
 
 PYTHON_DIR = os.path.join(ROOT, "python")
 
@@ -378,11 +378,7 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
                    help="smoke mode: tiny model, 1 round, 2 steps per configuration (1 warmup, 1 timed), no plot")
-    p.add_argument("--n-layer", type=int, default=4)
-    p.add_argument("--n-embd", type=int, default=128)
-    p.add_argument("--n-head", type=int, default=4)
-    p.add_argument("--vocab", type=int, default=1000)
-    p.add_argument("--block-size", type=int, default=64)
+    bc.add_model_args(p, n_embd=128)
     p.add_argument("--batch", type=int, default=4, help="sequences per rank per step (of --block-size tokens)")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--rounds", type=int, default=5)
@@ -393,9 +389,7 @@ def main(argv=None):
     p.add_argument("--configs", default=",".join(CONFIGS), help="comma-separated subset of " + ",".join(CONFIGS))
     p.add_argument("--tolerance", type=float, default=1e-4,
                    help="max |diff| of parameters vs FSDP2 reshard=True called a match")
-    p.add_argument("--build", help="build directory with bin/fsdp-opt and lib/libfsdp_runtime.so "
-                   "(default: fsdp-opt on PATH and $FSDP_OPT_RUNTIME_LIB, else build/t2)")
-    p.add_argument("--work", help="scratch directory (default: a temporary one, removed)")
+    bc.add_build_args(p)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot", help="write the PNG here (default docs/bench_train.png; none with --quick)")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch of rank processes")
@@ -407,7 +401,8 @@ def main(argv=None):
         _plot(d, a.plot or os.path.join(ROOT, "docs", "bench_train.png"))
         return 0
     if a.quick:
-        a.n_layer, a.n_embd, a.n_head, a.vocab, a.block_size, a.batch = 4, 32, 2, 67, 16, 2
+        bc.use_tiny_model(a)
+        a.batch = 2
         a.rounds, a.warmup, a.repeats, a.probe_repeats = 1, 1, 1, 1
     plot = a.plot if a.plot is not None else (None if a.quick else os.path.join(ROOT, "docs", "bench_train.png"))
     configs = bc.parse_configs(a.configs, CONFIGS)
@@ -421,8 +416,7 @@ def main(argv=None):
     if need_ours and not os.path.exists(lib):
         sys.exit("error: no runtime library at %s" % lib)
     with bc.scratch_dir(a.work, "fsdp-bench-train.") as work:
-        model_kwargs = dict(vocab_size=a.vocab, block_size=a.block_size, n_layer=a.n_layer,
-                            n_head=a.n_head, n_embd=a.n_embd, seed=0)
+        model_kwargs = bc.model_kwargs(a)
         model = fsdp_models.make("gpt", **model_kwargs)
         param_names = sorted(n for n, _ in model.named_parameters())  # tied lm_head.weight: once
         block_bytes = sum(p.numel() * p.element_size() for p in model.blocks[0].parameters())
@@ -616,13 +610,9 @@ def main(argv=None):
                "budget_ours_b": budget, "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats,
                "configs": configs, "rows": rows, "targets": targets, "params_match": ok,
                "ours_budget_bitwise_equal": same, "tolerance": a.tolerance, "probe": probe,
-               "torch": torch.__version__, "nproc": os.cpu_count(), "cpu": bc.cpu_model(), "git_head": git_head(ROOT),
-               "loadavg_start": load_start, "loadavg_end": os.getloadavg(),
-               "fsdp_opt_cmds": {k: v["cmd"][1:] for k, v in opt.items()}, "wall_s": wall_s,
-               "argv": sys.argv[1:] if argv is None else argv, "table": table}
+               **bc.run_record(load_start, os.getloadavg(), opt, wall_s, argv, table)}
         if a.json:
-            with open(a.json, "w") as f:
-                json.dump(out, f, indent=1, default=str)
+            bc.write_json(a.json, out)
         if plot:
             _plot(out, plot)
             print("plot: %s" % plot)
