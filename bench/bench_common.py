@@ -154,6 +154,16 @@ def runtime_lib(build):
     return os.environ.get("FSDP_OPT_RUNTIME_LIB") or os.path.join(ROOT, "build", "t2", "lib", "libfsdp_runtime.so")
 
 
+def fsdp_opt_and_runtime(build):
+    """fsdp-opt and the runtime library of a build (find_built, runtime_lib), exiting before
+    any work when the library is missing: the rank processes could not load it."""
+    tool = find_built(build, "bin", "fsdp-opt")
+    lib = runtime_lib(build)
+    if not os.path.exists(lib):
+        sys.exit("error: no runtime library at %s" % lib)
+    return tool, lib
+
+
 def shard_gpt(tool, model_pt, method, out, *extra):
     """fsdp-opt on a GPT-shaped model, the root and every block a unit, W=2, into `out`.
     Returns the command (for the JSON), the manifest (unit bytes for a budget), fsdp-opt's
@@ -205,6 +215,17 @@ def launch_ranks(worker, args, what, timeout, env):
     if any(not r.ok for r in results):
         sys.exit("error: %s failed:\n%s" % (what, fsdp_harness.describe_ranks(results)))
     return [r.value for r in results]
+
+
+def launch_rounds(worker, common, configs, rounds, timeout, env):
+    """`rounds` launches of fresh rank processes, each setting every configuration up anew and
+    running them in one schedule, rotated by one per round (see rotated). Yields per round its
+    number from 1, the schedule, each rank's return value and the seconds the launch took."""
+    for rnd in range(rounds):
+        schedule = rotated(configs, rnd)
+        t0 = time.perf_counter()
+        values = launch_ranks(worker, dict(common, schedule=schedule), "round %d" % (rnd + 1), timeout, env)
+        yield rnd + 1, schedule, values, time.perf_counter() - t0
 
 
 # ---- rank side -------------------------------------------------------------------------------

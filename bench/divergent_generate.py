@@ -223,10 +223,7 @@ def main(argv=None):
     import divergent_models as dm
     import fsdp_models
 
-    tool = bc.find_built(a.build, "bin", "fsdp-opt")
-    lib = bc.runtime_lib(a.build)
-    if not os.path.exists(lib):
-        sys.exit("error: no runtime library at %s" % lib)
+    tool, lib = bc.fsdp_opt_and_runtime(a.build)
     with bc.scratch_dir(a.work, "fsdp-bench-div.") as work:
         model_kwargs = bc.model_kwargs(a)
         model_pt = os.path.join(work, "stop_gpt.pt")
@@ -273,14 +270,11 @@ def main(argv=None):
 
         load_start = bc.report_load()
         wall_t0 = time.perf_counter()
-        for rnd in range(a.rounds):
-            order = bc.rotated(configs, rnd)
-            t0 = time.perf_counter()
-            results = bc.launch_ranks(bench_worker, dict(common, schedule=order), "round %d" % (rnd + 1),
-                                      a.timeout, env)
+        for rnd, order, results, seconds in bc.launch_rounds(bench_worker, common, configs, a.rounds,
+                                                             a.timeout, env):
             for i, cfg in enumerate(order):
                 samples[cfg].append([r[i] for r in results])
-            print("round %d/%d: %.1f s" % (rnd + 1, a.rounds, time.perf_counter() - t0), flush=True)
+            print("round %d/%d: %.1f s" % (rnd, a.rounds, seconds), flush=True)
         wall_s = time.perf_counter() - wall_t0
         load_end = os.getloadavg()
 

@@ -219,10 +219,7 @@ def main(argv=None):
     import torch
     import fsdp_models
 
-    tool = bc.find_built(a.build, "bin", "fsdp-opt")
-    lib = bc.runtime_lib(a.build)
-    if not os.path.exists(lib):
-        sys.exit("error: no runtime library at %s" % lib)
+    tool, lib = bc.fsdp_opt_and_runtime(a.build)
     with bc.scratch_dir(a.work, "fsdp-bench.") as work:
         model_kwargs = bc.model_kwargs(a)
         assert a.prompt + a.new_tokens <= a.block_size, "prompt + new tokens must fit the block size"

@@ -411,10 +411,7 @@ def main(argv=None):
     import fsdp_models
 
     need_ours = any(c in OURS for c in configs)
-    tool = bc.find_built(a.build, "bin", "fsdp-opt") if need_ours else None
-    lib = bc.runtime_lib(a.build)
-    if need_ours and not os.path.exists(lib):
-        sys.exit("error: no runtime library at %s" % lib)
+    tool, lib = bc.fsdp_opt_and_runtime(a.build) if need_ours else (None, bc.runtime_lib(a.build))
     with bc.scratch_dir(a.work, "fsdp-bench-train.") as work:
         model_kwargs = bc.model_kwargs(a)
         model = fsdp_models.make("gpt", **model_kwargs)
@@ -465,20 +462,17 @@ def main(argv=None):
 
         load_start = bc.report_load()
         wall_t0 = time.perf_counter()
-        for rnd in range(a.rounds):
-            order = bc.rotated(configs, rnd)
-            t0 = time.perf_counter()
-            results = bc.launch_ranks(bench_worker, dict(common, schedule=order), "round %d" % (rnd + 1),
-                                      a.timeout, env)
+        for rnd, order, results, seconds in bc.launch_rounds(bench_worker, common, configs, a.rounds,
+                                                             a.timeout, env):
             for i, cfg in enumerate(order):
                 values = [r["configs"][i] for r in results]
                 samples[cfg].append(values)
                 print("round %d/%d %-7s median %7.1f ms wall, %7.1f ms CPU" % (
-                    rnd + 1, a.rounds, cfg, 1e3 * median(bc.slower_rank(values, "times")),
+                    rnd, a.rounds, cfg, 1e3 * median(bc.slower_rank(values, "times")),
                     1e3 * median(bc.slower_rank(values, "cpu"))), flush=True)
             if a.probe_repeats:
                 probes.append([r["probe"] for r in results])
-            print("round %d/%d %.1f s wall" % (rnd + 1, a.rounds, time.perf_counter() - t0), flush=True)
+            print("round %d/%d %.1f s wall" % (rnd, a.rounds, seconds), flush=True)
         wall_s = time.perf_counter() - wall_t0
 
         # ---- aggregate ------------------------------------------------------------------------
