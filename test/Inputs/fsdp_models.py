@@ -144,6 +144,34 @@ class ResNetClassifier(nn.Module):
         return self.backbone._forward_impl(x)
 
 
+class FeatureResNet(torchvision.models.ResNet):
+    """torchvision's resnet18 split the way timm splits its models: forward_features (stem and
+    stages) and forward_head (pooling and classifier)."""
+
+    def __init__(self, num_classes: int = 10):
+        super().__init__(torchvision.models.resnet.BasicBlock, [2, 2, 2, 2], num_classes=num_classes)
+
+    def forward_features(self, x):
+        x = self.maxpool(self.relu(self.bn1(self.conv1(x))))
+        return self.layer4(self.layer3(self.layer2(self.layer1(x))))
+
+    def forward_head(self, x):
+        return self.fc(torch.flatten(self.avgpool(x), 1))
+
+
+class ResNetFeaturesClassifier(nn.Module):
+    """A parent that calls the backbone's forward_features and forward_head, as code written for
+    timm models does (and issue 10 asks to train through): both must be registered."""
+
+    def __init__(self, num_classes: int = 10, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.backbone = FeatureResNet(num_classes)
+
+    def forward(self, x):
+        return self.backbone.forward_head(self.backbone.forward_features(x))
+
+
 class ViTClassifier(nn.Module):
     """A tiny VisionTransformer driven piece by piece from the parent, as its own forward
     does: `_process_input`, its class token (a parameter of `vit` itself), `encoder`, `heads`."""
@@ -326,6 +354,7 @@ class SharedType(nn.Module):
 MODELS = {
     "gpt": GPT,
     "resnet": ResNetClassifier,
+    "resnet_features": ResNetFeaturesClassifier,
     "vit": ViTClassifier,
     "two_paths": TwoPaths,
     "two_blocks": TwoBlocks,
@@ -348,7 +377,7 @@ def example_inputs(name: str, batch: int = 2, input_seed: int = 1, **kwargs) -> 
         if name == "gpt":
             vocab = kwargs.get("vocab_size", 67)
             return (torch.randint(0, vocab, (batch, 5)),)
-        if name in ("resnet", "vit", "two_paths"):
+        if name in ("resnet", "resnet_features", "vit", "two_paths"):
             return (torch.randn(batch, 3, 32, 32),)
         return (torch.randn(batch, kwargs.get("d", 8)),)
 

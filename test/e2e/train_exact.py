@@ -13,6 +13,8 @@
 #           encoder layers units, vit._process_input registered;
 #   resnet  torchvision's resnet18 reached through backbone._forward_impl, the registered
 #           forward method of the backbone unit (layer* units nested in it);
+#   resnet_features  the same resnet18 split as timm splits its models: the parent calls the
+#           backbone's forward_features and forward_head, both registered;
 #   two_paths  a unit whose registered forward method `features` calls its own forward, and a
 #           step that calls trunk.features and trunk.forward (and another unit): the double-hook
 #           case and forward/forward-method calls mixed in one step.
@@ -26,6 +28,7 @@
 # RUN: %python %s --model gpt --worlds 2 --optim adamw --mode accumulate %t
 # RUN: %python %s --model vit --worlds 1,2 --optim sgd,adamw %t
 # RUN: %python %s --model resnet --worlds 1,2 --optim sgd,adamw %t
+# RUN: %python %s --model resnet_features --worlds 1,2 --optim sgd,adamw %t
 # RUN: %python %s --model two_paths --worlds 1,2 --optim sgd,adamw %t
 # RUN: %python %s --model gpt --worlds 2 --optim sgd --full-state %t
 
@@ -46,6 +49,8 @@ FLAGS = {
     "gpt": ["--fsdp-unit=.", "--fsdp-unit=blocks.*"],
     "vit": ["--fsdp-unit=.", "--fsdp-unit=vit.encoder.layers.*", "--forward-method=vit:_process_input"],
     "resnet": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*", "--forward-method=backbone:_forward_impl"],
+    "resnet_features": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*",
+                        "--forward-method=backbone:forward_features", "--forward-method=backbone:forward_head"],
     "two_paths": ["--fsdp-unit=.", "--fsdp-unit=trunk", "--fsdp-unit=other", "--forward-method=trunk:features"],
 }
 
