@@ -257,15 +257,23 @@ fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* 
   id.numTensors = static_cast<int64_t>(request.shards.size());
   fingerprint::LayoutHash hash;
   hash.add(layout);
-  std::vector<std::string> names;
   for (size_t i = 0; i < request.shards.size(); ++i) {
-    const std::string name = dtypeName(request.dtypes[i]);
-    hash.add(request.fullRows[i]).add(rowBytesAs(request.shards[i], request.dtypes[i])).add(name);
-    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+    hash.add(request.fullRows[i]).add(rowBytesAs(request.shards[i], request.dtypes[i])).add(dtypeName(request.dtypes[i]));
   }
   id.layoutHash = hash.value();
-  for (const std::string& n : names) id.dtypes += (id.dtypes.empty() ? "" : "+") + n;
+  id.dtypes = joinedDtypeNames(request.dtypes);
   return id;
+}
+
+std::string joinedDtypeNames(const std::vector<at::ScalarType>& dtypes) {
+  std::vector<std::string> names;
+  for (at::ScalarType dtype : dtypes) {
+    std::string name = dtypeName(dtype);
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(std::move(name));
+  }
+  std::string joined;
+  for (const std::string& n : names) joined += (joined.empty() ? "" : "+") + n;
+  return joined;
 }
 
 int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {

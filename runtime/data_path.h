@@ -60,6 +60,10 @@ fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* 
 /// "float32", "bfloat16", "int64": torch's names of a dtype.
 std::string dtypeName(at::ScalarType dtype);
 
+/// The distinct names of `dtypes` in first-seen order, joined by '+' ("float32+int64"): a
+/// fingerprint's readable dtypes.
+std::string joinedDtypeNames(const std::vector<at::ScalarType>& dtypes);
+
 /// What a gather that finds a group already gathered (a nested gather) must do before its
 /// caller may use the group's full storage: on CUDA, the caller's current stream, which may not
 /// be the stream the unshard was waited on, waits for the unshard to complete, and the storage

@@ -125,14 +125,22 @@ at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
   return sum;
 }
 
-// Raises the failure of a gradient collective with what it was for (`what`: "the gradients of 3
-// parameters (...)"). A fingerprint mismatch keeps its own message, which names both sides.
-[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const std::string& what,
-                                        const GroupInfo& group, const CollectiveBackend& backend) {
+// Raises the failure of a collective of backward: `ctx` ("backward of unit 'x'") and what
+// failed ("gathering it again"). Every rank that runs this backward issues it, so a rank that
+// skipped backward() (or ran another program) is the usual cause of a timeout. A fingerprint
+// mismatch keeps its own message, which names both sides.
+[[noreturn]] void raiseBackwardFailure(const std::string& ctx, const std::string& failed, const std::exception& e) {
   const ErrorKind kind = kindOr(e, ErrorKind::kBackend);
   if (kind == ErrorKind::kDivergence) raise(kind, c10::str(ctx, ": ", describeException(e)));
-  raise(kind, c10::str(ctx, ": reducing ", what, " over ", group.world, " ranks on backend ", backend.name(),
-                       " failed (did every rank call backward()?): ", describeException(e)));
+  raise(kind, c10::str(ctx, ": ", failed, " failed (did every rank call backward()?): ", describeException(e)));
+}
+
+// A gradient collective's failure, saying what it reduced (`what`: "the gradients of 3
+// parameters (...)").
+[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const std::string& what,
+                                        const GroupInfo& group, const CollectiveBackend& backend) {
+  raiseBackwardFailure(
+      ctx, c10::str("reducing ", what, " over ", group.world, " ranks on backend ", backend.name()), e);
 }
 
 // Issues a collective of backward behind its fingerprint envelope (envelope.h) under the
@@ -165,13 +173,14 @@ fingerprint::Identity gradientIdentity(const std::string& what, const std::vecto
   id.numTensors = static_cast<int64_t>(grads.size());
   fingerprint::LayoutHash hash;
   hash.add("gradients");
+  std::vector<at::ScalarType> dtypes;
   for (const at::Tensor& g : grads) {
     for (int64_t d : g.sizes()) hash.add(d);
-    const std::string name = dtypeName(g.scalar_type());
-    hash.add(name);
-    if (id.dtypes.find(name) == std::string::npos) id.dtypes += (id.dtypes.empty() ? "" : "+") + name;
+    hash.add(dtypeName(g.scalar_type()));
+    dtypes.push_back(g.scalar_type());
   }
   id.layoutHash = hash.value();
+  id.dtypes = joinedDtypeNames(dtypes);
   return id;
 }
 
@@ -237,6 +246,17 @@ std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
   return rows;
 }
 
+// Forgets `batch`'s full gradients (a reduction that failed, a backward that raised), each
+// parameter with what was set aside given back.
+void abandon(UnitBatch& batch) {
+  for (PendingGrad& g : batch.grads) {
+    if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
+  }
+  noteUnshardedGradBytes(-batch.bytes);
+  batch.grads.clear();
+  batch.bytes = 0;
+}
+
 // Reduces `batch` and gives each of its parameters .grad = what was set aside + its rows. On
 // failure every parameter gets back what was set aside.
 void flush(UnitBatch& batch) {
@@ -245,12 +265,7 @@ void flush(UnitBatch& batch) {
   try {
     rows = reduceToShardRows(batch);
   } catch (...) {
-    for (PendingGrad& g : batch.grads) {
-      if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
-    }
-    noteUnshardedGradBytes(-batch.bytes);
-    batch.grads.clear();
-    batch.bytes = 0;
+    abandon(batch);
     throw;
   }
   noteUnshardedGradBytes(-batch.bytes);
@@ -284,15 +299,9 @@ bool gradStillToComeLocked(const std::string& unit, at::ScalarType dtype) {
   return false;
 }
 
-// Forgets the gradients of a backward that will not finish (it raised), each parameter with
-// what was set aside given back.
+// Forgets the gradients of a backward that will not finish (it raised).
 void dropBatchesLocked() {
-  for (const auto& b : state().batches) {
-    for (PendingGrad& g : b->grads) {
-      if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
-    }
-    noteUnshardedGradBytes(-b->bytes);
-  }
+  for (const auto& b : state().batches) abandon(*b);
   state().batches.clear();
 }
 
@@ -421,15 +430,9 @@ std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call)
   return out;
 }
 
-// Raises a failed gather of backward with its likely cause.
+// A failed gather of backward.
 [[noreturn]] void raiseBackwardGatherFailure(const std::string& unit, const std::exception& e) {
-  // Every rank that runs this backward gathers here; a rank that skipped backward() (or ran
-  // another program) is the usual cause of a timeout.
-  const ErrorKind kind = kindOr(e, ErrorKind::kBackend);
-  if (kind == ErrorKind::kDivergence) raise(kind, c10::str("backward of unit '", unit, "': ", describeException(e)));
-  raise(kind,
-        c10::str("backward of unit '", unit, "': gathering it again failed (did every rank call backward()?): ",
-                 describeException(e)));
+  raiseBackwardFailure("backward of unit '" + unit + "'", "gathering it again", e);
 }
 
 // Waits for every started prefetch of `unit`: a gather of a unit whose start is not waited is
@@ -572,18 +575,15 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   call->unit = std::move(unit);
   call->budget = maxUnshardedBytes;
   {
-    std::lock_guard<std::mutex> lock(trainingMutex());
-    for (const at::Tensor& p : call->params) {
-      auto it = state().castParams.find(p.unsafeGetTensorImpl());
-      if (it != state().castParams.end()) call->castTo = it->second;
-    }
-  }
-  {
     for (const auto& [p, rows] : distinctParams(*call)) {
       if (p.dim() == 0 || p.size(0) == 0) continue;
       call->bytes += rows * (p.numel() / p.size(0)) * static_cast<int64_t>(p.element_size());
     }
     std::lock_guard<std::mutex> lock(trainingMutex());
+    for (const at::Tensor& p : call->params) {
+      auto it = state().castParams.find(p.unsafeGetTensorImpl());
+      if (it != state().castParams.end()) call->castTo = it->second;
+    }
     auto& calls = state().calls;
     if (calls.size() >= 64 && calls.size() % 64 == 0) {  // forwards never backpropagated: prune
       std::vector<std::weak_ptr<UnitCall>> live;
