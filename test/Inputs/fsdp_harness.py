@@ -164,6 +164,24 @@ def fsdp_opt(*args, timeout=None, env=None):
     return run_tool([which("fsdp-opt")] + [str(a) for a in args], timeout=timeout, env=env)
 
 
+def sharded(t, orig, out, *flags):
+    """fsdp-opt ORIG FLAGS -o OUT, checked with Test `t` (the check names the flags): OUT, or
+    None when fsdp-opt failed."""
+    r = fsdp_opt(orig, *flags, "-o", out)
+    return out if t.check(r.returncode == 0, "fsdp-opt " + " ".join(str(f) for f in flags), r.describe()) else None
+
+
+def distinct_named_parameters(module):
+    """name -> parameter, each tensor once (tied ones under their first name): what an optimizer
+    steps and what a reference compares."""
+    seen, out = set(), {}
+    for name, p in module.named_parameters():
+        if id(p) not in seen:
+            seen.add(id(p))
+            out[name] = p
+    return out
+
+
 def fsdp_run(target, method=None, inputs=None, check=None, repeat=None, stats=False,
              nproc=None, timeout_s=None, save_outputs=None, extra=(), timeout=None, env=None):
     """fsdp-run TARGET [options]; returns a ToolResult with .ranks = {rank: line} and

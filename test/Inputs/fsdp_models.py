@@ -351,6 +351,9 @@ class SharedType(nn.Module):
 
 # ---- registry, markers, saving -------------------------------------------------------------
 
+# The GPT's units as its users mark them: the root (embeddings, final norm, tied head) and every block.
+GPT_UNIT_FLAGS = ("--fsdp-unit=.", "--fsdp-unit=blocks.*")
+
 MODELS = {
     "gpt": GPT,
     "resnet": ResNetClassifier,

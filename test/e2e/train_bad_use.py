@@ -38,12 +38,7 @@ def loss_of(model, x):
 
 
 def grads(model):
-    seen, out = set(), {}
-    for n, p in model.named_parameters():
-        if id(p) not in seen and p.grad is not None:
-            seen.add(id(p))
-            out[n] = p.grad.detach().clone()
-    return out
+    return {n: p.grad.detach().clone() for n, p in h.distinct_named_parameters(model).items() if p.grad is not None}
 
 
 def rank_main(ctx):
@@ -110,9 +105,8 @@ def main():
     t = h.Test("train_bad_use")
     orig = os.path.join(out_dir, "gpt.pt")
     fm.save(fm.make("gpt"), orig)
-    ranks = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "-o", ranks)
-    if not t.check(r.returncode == 0, "fsdp-opt", r.describe()):
+    ranks = h.sharded(t, orig, os.path.join(out_dir, "w2"), "--world-size=2", *fm.GPT_UNIT_FLAGS)
+    if not ranks:
         return t.finish("")
     # The short timeout only where a rank is expected to wait for it: a loaded machine may take
     # seconds for a healthy collective too.
@@ -140,9 +134,9 @@ def main():
                 torch.equal(v["grads"][n], ref.value["grads"][n]) for n in v["grads"])
             t.check(same, "%s rank %d: the next step's gradients equal a clean step's, bitwise" % (case, x.rank))
             t.check(v["stats"]["unsharded_bytes"] == 0, "%s rank %d: nothing left unsharded" % (case, x.rank))
-    cast = os.path.join(out_dir, "w2_bf16")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "--param-dtype=bf16", "-o", cast)
-    if t.check(r.returncode == 0, "fsdp-opt --param-dtype=bf16", r.describe()):
+    cast = h.sharded(t, orig, os.path.join(out_dir, "w2_bf16"), "--world-size=2", *fm.GPT_UNIT_FLAGS,
+                     "--param-dtype=bf16")
+    if cast:
         res = h.run_ranks(2, rank_main, {"dir": cast, "case": "param_dtype"}, timeout=120, env=env)
         if t.check(all(x.ok for x in res), "param_dtype: both ranks finish", h.describe_ranks(res)):
             for x in res:

@@ -67,9 +67,8 @@ def main():
     original = torch.jit.script(TwoHeads())
     orig = os.path.join(out_dir, "two.pt")
     original.save(orig)
-    ranks = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=a", "--fsdp-unit=b", "-o", ranks)
-    if not t.check(r.returncode == 0, "fsdp-opt", r.describe()):
+    ranks = h.sharded(t, orig, os.path.join(out_dir, "w2"), "--world-size=2", "--fsdp-unit=a", "--fsdp-unit=b")
+    if not ranks:
         return t.finish("")
     t0 = time.monotonic()
     res = h.run_ranks(2, rank_main, {"dir": ranks}, timeout=150)

@@ -46,7 +46,7 @@ STEPS = 5
 PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
 
 FLAGS = {
-    "gpt": ["--fsdp-unit=.", "--fsdp-unit=blocks.*"],
+    "gpt": list(fm.GPT_UNIT_FLAGS),
     "vit": ["--fsdp-unit=.", "--fsdp-unit=vit.encoder.layers.*", "--forward-method=vit:_process_input"],
     "resnet": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*", "--forward-method=backbone:_forward_impl"],
     "resnet_features": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*",
@@ -87,16 +87,6 @@ def make_optimizer(kind, params):
     return torch.optim.AdamW(params, lr=1e-2, weight_decay=0.1, foreach=False)
 
 
-def distinct_named_parameters(module):
-    """name -> parameter, each tensor once (tied ones under their first name)."""
-    seen, out = set(), {}
-    for name, p in module.named_parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            out[name] = p
-    return out
-
-
 def train(model, model_name, optimizer, batches_per_step, mode, first_grads_into):
     for step, batches in enumerate(batches_per_step):
         optimizer.zero_grad(set_to_none=(mode == "plain"))
@@ -104,9 +94,9 @@ def train(model, model_name, optimizer, batches_per_step, mode, first_grads_into
             loss_of(model_name, model, x, y).backward()
         if step == 0:
             first_grads_into.update({n: p.grad.detach().clone()
-                                     for n, p in distinct_named_parameters(model).items() if p.grad is not None})
+                                     for n, p in h.distinct_named_parameters(model).items() if p.grad is not None})
             # A .grad that is a view breaks torch::optim's zero_grad (detach_ in place).
-            first_grads_into["(views)"] = [n for n, p in distinct_named_parameters(model).items()
+            first_grads_into["(views)"] = [n for n, p in h.distinct_named_parameters(model).items()
                                            if p.grad is not None and p.grad._is_view()]
         optimizer.step()
 
@@ -120,7 +110,7 @@ def rank_main(ctx):
         model = fsdp_opt.load_rank_file(a["dir"])
     else:
         model = ctx.load(a["file"] or ctx.rank_file(a["dir"]))
-    params = distinct_named_parameters(model)
+    params = h.distinct_named_parameters(model)
     optimizer = make_optimizer(a["optim"], list(params.values()))
     inputs = h.torch_load(a["inputs"])[ctx.rank]
     ctx.reset_stats()
@@ -146,8 +136,8 @@ def reference(orig, model_name, optim, inputs, mode, world):
     torch.set_num_threads(1)
     copies = [torch.jit.load(orig) for _ in range(world)]
     model = copies[0]
-    params = distinct_named_parameters(model)
-    copy_params = [distinct_named_parameters(c) for c in copies]
+    params = h.distinct_named_parameters(model)
+    copy_params = [h.distinct_named_parameters(c) for c in copies]
     optimizer = make_optimizer(optim, list(params.values()))
     first = {}
     for step in range(STEPS):
@@ -222,8 +212,7 @@ def main():
     per_step = 2 if a.mode == "accumulate" else 1
     for w in [int(x) for x in a.worlds.split(",")]:
         out = os.path.join(a.out, "%s.%s.w%d%s" % (a.model, a.mode, w, ".pt" if w == 1 else ""))
-        r = h.fsdp_opt(orig, "--world-size=%d" % w, *FLAGS[a.model], "-o", out)
-        if not t.check(r.returncode == 0, "W=%d fsdp-opt %s" % (w, " ".join(FLAGS[a.model])), r.describe()):
+        if not h.sharded(t, orig, out, "--world-size=%d" % w, *FLAGS[a.model]):
             continue
         sharded = sharded_names(out) if w > 1 else set()  # W=1: every "shard" is the whole
         rank_file = out if w == 1 else None

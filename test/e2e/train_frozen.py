@@ -37,19 +37,10 @@ def loss_of(model, x, y):
     return F.cross_entropy(logits.reshape(-1, VOCAB), y.reshape(-1))
 
 
-def distinct(model):
-    seen, out = set(), {}
-    for n, p in model.named_parameters():
-        if id(p) not in seen:
-            seen.add(id(p))
-            out[n] = p
-    return out
-
-
 def rank_main(ctx):
     torch.set_num_threads(1)
     model = ctx.load(ctx.rank_file(ctx.args["dir"]))
-    params = distinct(model)
+    params = h.distinct_named_parameters(model)
     for n in frozen_names(params):
         params[n].requires_grad_(False)
     before = {n: p.detach().clone() for n, p in params.items()}
@@ -77,9 +68,8 @@ def main():
     t = h.Test("train_frozen")
     orig = os.path.join(out_dir, "gpt.pt")
     fm.save(fm.make("gpt"), orig)
-    ranks = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "-o", ranks)
-    if not t.check(r.returncode == 0, "fsdp-opt", r.describe()):
+    ranks = h.sharded(t, orig, os.path.join(out_dir, "w2"), "--world-size=2", *fm.GPT_UNIT_FLAGS)
+    if not ranks:
         return t.finish("")
     res = h.run_ranks(2, rank_main, {"dir": ranks}, timeout=180)
     if not t.check(all(x.ok for x in res), "both ranks train with blocks.0 frozen", h.describe_ranks(res)):
@@ -87,7 +77,7 @@ def main():
 
     torch.set_num_threads(1)
     ref = torch.jit.load(orig)
-    params = distinct(ref)
+    params = h.distinct_named_parameters(ref)
     for n in frozen_names(params):
         params[n].requires_grad_(False)
     opt = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=0.05, momentum=0.9, foreach=False)

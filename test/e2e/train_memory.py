@@ -62,15 +62,11 @@ def main():
     root = nbytes(model.parameters()) - len(model.blocks) * block
     budget = root + block
     units = 1 + len(model.blocks)
-    ranks = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*",
-                   "--max-unsharded-bytes=%d" % budget, "-o", ranks)
-    if not t.check(r.returncode == 0, "fsdp-opt under a budget of root + one block (%d bytes)" % budget,
-                   r.describe()):
+    ranks = h.sharded(t, orig, os.path.join(out_dir, "w2"), "--world-size=2", *fm.GPT_UNIT_FLAGS,
+                      "--max-unsharded-bytes=%d" % budget)
+    if not ranks:
         return t.finish("")
-    free = os.path.join(out_dir, "w2-free")
-    r = h.fsdp_opt(orig, "--world-size=2", "--fsdp-unit=.", "--fsdp-unit=blocks.*", "-o", free)
-    t.check(r.returncode == 0, "fsdp-opt without a budget", r.describe())
+    free = h.sharded(t, orig, os.path.join(out_dir, "w2-free"), "--world-size=2", *fm.GPT_UNIT_FLAGS)
     unbounded = h.run_ranks(2, rank_main, {"dir": free}, timeout=120)
     if t.check(all(x.ok for x in unbounded), "without a budget: both ranks train two steps", h.describe_ranks(unbounded)):
         for res in unbounded:
