@@ -177,3 +177,19 @@ def test_bad_arguments(fsdp_opt, rewritten):
         with fsdp_opt.unsharded(scripted):
             pass
     assert fsdp_opt.stats()["all_gathers"] == 0
+
+
+def test_param_dtype_scope_gathers_in_that_dtype(fsdp_opt, rewritten):
+    # A file built with --param-dtype: the scope gathers in that dtype too (else the entry
+    # methods' nested gathers would be refused as asking for another dtype).
+    _, make, x, sizes = rewritten
+    m = make(param_dtype=torch.bfloat16)
+    with torch.no_grad():
+        want = m(x)
+        fsdp_opt.reset_stats()
+        with fsdp_opt.unsharded(m) as scope:
+            got = m(x)
+            inside = fsdp_opt.stats()
+    assert scope.bytes == sum(sizes.values()) // 2 == inside["unsharded_bytes"], (scope.bytes, inside)
+    assert inside["all_gathers"] == 1 and same_bits(got, want)
+    assert fsdp_opt.stats()["unsharded_bytes"] == 0
