@@ -1,9 +1,9 @@
 // Pass eliminate-redundant-gathers: a unit already unsharded is not gathered again.
 //
-// Within one graph, walks blocks in order keeping the units whose gather is open (gathered, not
-// yet resharded) on the path to each point: enclosing blocks' gathers are open in nested blocks.
-// A gather whose units are all already open, with its reshard, is deleted: the enclosing
-// gathers cover every use, on every path, since gather and reshard pair within one block.
+// Within one graph, a gather whose units are all held open, until after its own reshard, by
+// gathers around it (coveredGathers, support/fsdp_ops.h) is deleted with its reshard: the
+// enclosing gathers cover every use, on every path, since gather and reshard pair within one
+// block. plan-gather-lifetimes relies on it to drop the per-call gathers of the units it holds.
 // Units are resolved from the parameters a gather reads (passes/support/fsdp_ops.h), so copies
 // made by inlining match their caller's gathers. Across calls, insert-unit-gathers already skips
 // self-calls from forward methods; inline-loop-calls brings the other cases into one graph.
@@ -23,39 +23,10 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
-#include <map>
-
 namespace fsdp_opt {
 namespace {
 
 constexpr const char* kPassName = "eliminate-redundant-gathers";
-
-using OpenUnits = std::map<const Unit*, int>;
-
-void collectRedundant(torch::jit::Block* block, const GraphGathers& gathers, OpenUnits open,
-                      std::vector<GatherOp>& redundant) {
-  std::map<torch::jit::Node*, std::vector<const Unit*>> openedHere;
-  for (torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == ops::allGather()) {
-      GatherOp gather = *GatherOp::of(node);
-      std::vector<const Unit*> units = gathers.units(gather);
-      bool covered = !units.empty();
-      for (const Unit* unit : units) covered = covered && open[unit] > 0;
-      if (covered) {
-        redundant.push_back(gather);
-      } else {
-        for (const Unit* unit : units) ++open[unit];
-        openedHere[node] = units;
-      }
-    } else if (node->kind() == ops::reshard()) {
-      auto opened = openedHere.find(node->input(0)->node());
-      if (opened != openedHere.end()) {
-        for (const Unit* unit : opened->second) --open[unit];
-      }
-    }
-    for (torch::jit::Block* nested : node->blocks()) collectRedundant(nested, gathers, open, redundant);
-  }
-}
 
 }  // namespace
 
@@ -69,18 +40,14 @@ bool eliminateRedundantGathers(PassContext& context) {
       auto graph = graphOf(function);
       std::string where = type->name()->qualifiedName() + "::" + function->name();
       if (removeRepeatedRankChecks(*graph) > 0) torch::jit::EliminateDeadCode(graph);
-      std::vector<GatherOp> redundant;
-      collectRedundant(graph->block(), GraphGathers(*graph, path, *plan), {}, redundant);
+      std::vector<GatherOp> redundant = coveredGathers(graph->block(), GraphGathers(*graph, path, *plan));
       if (!redundant.empty() && assignments.inBlock(graph->block())) {
         context.diagnostics().remark(kPassName, "gathers in " + where +
                                                     " kept: it may reassign a submodule or a parameter (prim::SetAttr)");
         continue;
       }
-      for (const GatherOp& gather : redundant) {
-        if (torch::jit::Node* reshard = gather.reshard()) reshard->destroy();
-        gather.issue()->destroy();
-        ++removed;
-      }
+      for (const GatherOp& gather : redundant) removeGather(gather);
+      removed += static_cast<int>(redundant.size());
       if (!redundant.empty()) {
         torch::jit::EliminateDeadCode(graph);  // the removed gathers' operand chains
         context.diagnostics().remark(kPassName, std::to_string(redundant.size()) +

@@ -26,6 +26,9 @@
 // made uniform here; what has no skeleton (a method call that was not inlined) leaves the
 // construct as it was, with a warning: ranks that diverge there stop with the runtime's
 // collective-fingerprint error instead of mixing data.
+// Gathers that the inlined calls bring in but that this graph already holds open (the units
+// plan-gather-lifetimes holds for the whole call) are dropped first: they issue no collective,
+// so a `break` loop whose units are held costs no agreement.
 // Assumes: the schedule is final (hoisting, bucketing, prefetching ran). Guarantees: gathers and
 // reshards stay paired in their blocks; per-rank results unchanged.
 //
@@ -38,6 +41,7 @@
 #include "support/fsdp_ops.h"
 #include "support/inline_calls.h"
 #include "support/module_tree.h"
+#include "support/module_writes.h"
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -107,6 +111,11 @@ class Uniformer {
     for (torch::jit::Block* block : construct->blocks()) {
       inlineCalls(block, [&](torch::jit::Node* call) { return reach_.reaches(calleeOf(call)); });
     }
+    // What the inlined bodies gather may be held by this graph already (plan-gather-lifetimes
+    // holds units for the whole entry call): such gathers issue nothing, and a loop or branch
+    // left without collectives needs no agreement.
+    if (assignments_.inBlock(graph_.block())) return;
+    for (const GatherOp& gather : coveredGathers(graph_.block(), gathers_)) removeGather(gather);
   }
 
   // ---- what a block issues ------------------------------------------------------------------
@@ -419,6 +428,7 @@ class Uniformer {
   GraphGathers gathers_;
   std::string where_;
   CollectiveReach reach_;
+  ModuleAssignments assignments_;
   std::set<torch::jit::Node*> uniformLoops_;
   int changed_ = 0;
 };

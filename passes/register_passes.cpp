@@ -11,7 +11,7 @@ void registerAllPasses() {
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
     for (PassInfo pass : {specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
-                          wrapEntryMethodsPass(), checkUnshardedBudgetPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
+                          wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
                           rankUniformControlFlowPass(), reshardOnRaisePass(), verifyFsdpPass()}) {
       registry.add(std::move(pass));
@@ -31,8 +31,10 @@ std::vector<std::string> defaultPipeline() {
       // Before scheduling: the rewrite's peak is the least any schedule can keep, so a budget
       // below it is refused here rather than silently exceeded.
       checkUnshardedBudgetPass().name,
-      // Scheduling: bring the gathers a loop runs into its graph, drop the ones the caller's
-      // gathers already cover, then gather loop-invariant units once per loop.
+      // Scheduling: hold what fits for the whole entry call (the widest span), bring the gathers
+      // a loop runs into its graph, drop the ones the held or the caller's gathers already
+      // cover, then gather what is left and loop-invariant once per loop.
+      planGatherLifetimesPass().name,
       inlineLoopCallsPass().name,
       eliminateRedundantGathersPass().name,
       hoistLoopGathersPass().name,

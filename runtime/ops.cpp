@@ -4,7 +4,7 @@
 // (parameters reached through prim::GetAttr), so TorchScript must neither eliminate them nor
 // move parameter reads across them.
 //
-// Every op but last_error runs under recorded(): the interpreter rethrows an op's exception as
+// Every op but last_error and unit_call (which does nothing) runs under recorded(): the interpreter rethrows an op's exception as
 // a plain error, so the op keeps its failure's kind for the thread (errors.h). TorchScript cannot
 // catch exceptions, so after a scripted call fails, the last fsdp:: op either raised that error
 // or succeeded (then the failure is not the runtime's).
@@ -89,6 +89,13 @@ void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
   });
 }
 
+// Marks where a call of a unit starts whose gather a wider one made redundant (the passes' plan
+// holds the unit for the whole entry call). Nothing runs; the op is there for TorchScript: like
+// the gather it replaces it is CONSERVATIVE, so the autodiff pass cannot merge the call's first
+// operations with the code that computed its inputs, and backward still reaches the call's
+// inputs only after the call's own backward (training.cpp lets a frozen unit go there).
+void unitCallOp(std::string /*unit*/) {}
+
 void releaseAllOp() {
   recorded([] { fsdp_opt::runtime::releaseAll(); });
 }
@@ -157,6 +164,7 @@ TORCH_LIBRARY(fsdp, m) {
                       kConservative),
         checkRankOp);
   m.def(torch::schema("release_all() -> ()", kConservative), releaseAllOp);
+  m.def(torch::schema("unit_call(str unit) -> ()", kConservative), unitCallOp);
   m.def(torch::schema("stats() -> Dict(str, int)", kConservative), statsOp);
   m.def(torch::schema("reset_stats() -> ()", kConservative), resetStatsOp);
   m.def(torch::schema("init_process_group(int rank, int world_size, str master_addr, "

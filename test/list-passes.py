@@ -10,6 +10,7 @@
 # CHECK-NEXT: inline-loop-calls {{[^ ].+}}
 # CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
 # CHECK-NEXT: lint-sharded-reads {{[^ ].+}}
+# CHECK-NEXT: plan-gather-lifetimes {{[^ ].+}}
 # CHECK-NEXT: prefetch-gathers {{[^ ].+}}
 # CHECK-NEXT: rank-uniform-control-flow {{[^ ].+}}
 # CHECK-NEXT: reshard-on-raise {{[^ ].+}}

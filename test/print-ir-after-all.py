@@ -11,6 +11,7 @@
 # CHECK: // *** IR after insert-unit-gathers ***
 # CHECK: // *** IR after wrap-entry-methods ***
 # CHECK: // *** IR after check-unsharded-budget ***
+# CHECK: // *** IR after plan-gather-lifetimes ***
 # CHECK: // *** IR after inline-loop-calls ***
 # CHECK: // *** IR after eliminate-redundant-gathers ***
 # CHECK: // *** IR after hoist-loop-gathers ***

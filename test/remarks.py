@@ -1,6 +1,7 @@
 # --remarks: one line per decision on stderr, `remark: [origin] ...`: each unit found (with its
 # type and forward methods), each call site rewritten, each entry method wrapped, each no-op
-# registration, tied and 0-dim parameters, the least peak of unsharded bytes; without the flag there are none (and stdout is the
+# registration, tied and 0-dim parameters, the least peak of unsharded bytes, the units held for a
+# whole call, the gathers removed and merged; without the flag there are none (and stdout is the
 # same either way).
 #
 # RUN: rm -rf %t && mkdir -p %t
@@ -15,6 +16,10 @@
 # CHECK-NEXT: remark: [insert-unit-gathers] call site rewritten: unit 'outer.inner' method forward in __torch__.Outer::forward
 # CHECK-NEXT: remark: [wrap-entry-methods] entry method forward wrapped in the root unit's gather/reshard
 # CHECK-NEXT: remark: [check-unsharded-budget] least peak of unsharded parameters: 1152 bytes in entry method 'forward', units '.' (288 bytes), 'outer' (576 bytes), 'outer.inner' (288 bytes) unsharded together
+# CHECK-NEXT: remark: [plan-gather-lifetimes] 2 unit(s) held for the whole call of __torch__.NestedUnits::forward: 'outer', 'outer.inner' (static peak 1152 bytes)
+# CHECK-NEXT: remark: [eliminate-redundant-gathers] 1 redundant gather(s) removed in __torch__.NestedUnits::forward
+# CHECK-NEXT: remark: [bucket-gathers] merged two adjacent gathers into one collective of 864 bytes in __torch__.NestedUnits::forward
+# CHECK-NEXT: remark: [bucket-gathers] merged two adjacent gathers into one collective of 1152 bytes in __torch__.NestedUnits::forward
 #
 # RUN: %python -m lit_helpers run fsdp-opt %t/in.pt --fsdp-unit=. --forward-method=head:forward \
 # RUN:   | FileCheck %s --check-prefix=QUIET --match-full-lines

@@ -7,20 +7,21 @@
 # RUN: FileCheck %s --check-prefix=REMARK < %t.remarks
 # REMARK: remark: [reshard-on-raise] release_all inserted before 3 raise(s)
 #
-# In the root: before the raise that precedes the child's call and the one that follows it.
+# In the root: before the raise that precedes the child's call and the one that follows it, both
+# inside the child's gather (plan-gather-lifetimes holds the child for the whole call).
 # CHECK-LABEL: // . : __torch__.Model :: forward
-# CHECK:       prim::If(
-# CHECK-NEXT:    block0():
-# CHECK-NEXT:      = fsdp::release_all()
-# CHECK-NEXT:      = prim::RaiseException(
 # CHECK:       fsdp::all_gather
-# CHECK-NEXT:  prim::CallMethod[name="forward"](%child
-# CHECK-NEXT:  fsdp::reshard
 # CHECK:       prim::If(
 # CHECK-NEXT:    block0():
 # CHECK-NEXT:      = fsdp::release_all()
 # CHECK-NEXT:      = prim::RaiseException(
-# CHECK:       return
+# CHECK:       prim::CallMethod[name="forward"](%child
+# CHECK:       prim::If(
+# CHECK-NEXT:    block0():
+# CHECK-NEXT:      = fsdp::release_all()
+# CHECK-NEXT:      = prim::RaiseException(
+# CHECK:       fsdp::reshard
+# CHECK-NEXT:  return
 # Inside the unit's own forward, while it is gathered.
 # CHECK-LABEL: // child : __torch__.Child :: forward
 # CHECK:         = fsdp::release_all()

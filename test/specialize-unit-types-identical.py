@@ -8,8 +8,10 @@
 # CHECK-DAG:   [find-units] unit 'layers.1' (__torch__.LinearBlock)
 # CHECK-LABEL: // . : __torch__.TwoBlocks :: forward
 # CHECK:       %_0 : __torch__.LinearBlock = prim::GetAttr[name="0"]
-# CHECK-NEXT:  %_1 : __torch__.LinearBlock = prim::GetAttr[name="1"]
-# CHECK-COUNT-2: fsdp::all_gather
+# CHECK:       %_1 : __torch__.LinearBlock = prim::GetAttr[name="1"]
+# Both held for the call in one bucket (plan-gather-lifetimes, bucket-gathers).
+# CHECK:       fsdp::all_gather
+# CHECK-NOT:   fsdp::all_gather
 # One type for both instances: printed once.
 # CHECK:       // layers.0 : __torch__.LinearBlock :: forward
 # CHECK-NOT:   // layers.1 :

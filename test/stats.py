@@ -15,8 +15,9 @@
 # CHECK-NEXT:   sharded bytes per rank: 324 (of 864)
 # CHECK-NEXT:   replicated bytes per rank: 288
 # CHECK-NEXT:   call sites rewritten: 2
-# (counters of the scheduling passes, if any, come here)
-# CHECK:        gathers per call of forward: 2
+# (counters of the scheduling passes, if any, come here; the planner holds outer and
+# outer.inner for the whole call, and bucket-gathers makes that one collective)
+# CHECK:        gathers per call of forward: 1
 # CHECK-NOT:  {{.}}
 #
 # GPT, root and blocks as units, W=3 (vocab 67 -> 23 rows per rank, 128 -> 43, 96 -> 32, ...).

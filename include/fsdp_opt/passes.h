@@ -33,6 +33,11 @@ PassInfo wrapEntryMethodsPass();
 bool checkUnshardedBudget(PassContext& context);
 PassInfo checkUnshardedBudgetPass();
 
+// plan-gather-lifetimes: per entry method, gathers the units it reaches once for the whole call,
+// costliest (most gathered, inside loops) first, within --max-unsharded-bytes.
+bool planGatherLifetimes(PassContext& context);
+PassInfo planGatherLifetimesPass();
+
 // inline-loop-calls: inlines, into loop bodies, method calls that reach an fsdp::all_gather.
 bool inlineLoopCalls(PassContext& context);
 PassInfo inlineLoopCallsPass();

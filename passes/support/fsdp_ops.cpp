@@ -7,6 +7,7 @@
 #include <torch/csrc/jit/ir/constants.h>
 
 #include <algorithm>
+#include <map>
 
 namespace fsdp_opt {
 
@@ -20,6 +21,7 @@ c10::Symbol gatherWait() { return c10::Symbol::fromQualString("fsdp::all_gather_
 c10::Symbol rankAny() { return c10::Symbol::fromQualString("fsdp::rank_any"); }
 c10::Symbol backwardHook() { return c10::Symbol::fromQualString("fsdp::backward_hook"); }
 c10::Symbol replicatedParams() { return c10::Symbol::fromQualString("fsdp::replicated_params"); }
+c10::Symbol unitCall() { return c10::Symbol::fromQualString("fsdp::unit_call"); }
 bool isCollective(const torch::jit::Node* node) {
   auto kind = node->kind();
   return kind == allGather() || kind == gatherStart() || kind == gatherWait() || kind == rankAny();
@@ -265,6 +267,98 @@ int64_t GraphGathers::openBytesAt(torch::jit::Node* anchor) const {
     }
   }
   return total;
+}
+
+// ---- covered gathers ---------------------------------------------------------------------------
+
+namespace {
+
+// Unit -> the reshards of the gathers that hold it open at this point (in this block or one
+// around it).
+using OpenGathers = std::map<const Unit*, std::vector<torch::jit::Node*>>;
+
+// Whether an open gather of `unit` stays open until after `reshard`: its own reshard is in a
+// block around reshard's (so after all of it), or later in the same block.
+bool heldThrough(const OpenGathers& open, const Unit* unit, torch::jit::Node* reshard) {
+  auto found = open.find(unit);
+  if (found == open.end()) return false;
+  for (torch::jit::Node* outer : found->second) {
+    if (outer->owningBlock() != reshard->owningBlock() || reshard->isBefore(outer)) return true;
+  }
+  return false;
+}
+
+void opens(OpenGathers& open, const std::vector<const Unit*>& units, torch::jit::Node* reshard) {
+  for (const Unit* unit : units) open[unit].push_back(reshard);
+}
+
+void closes(OpenGathers& open, const std::vector<const Unit*>& units, torch::jit::Node* reshard) {
+  for (const Unit* unit : units) {
+    auto& reshards = open[unit];
+    reshards.erase(std::remove(reshards.begin(), reshards.end(), reshard), reshards.end());
+  }
+}
+
+void collectCovered(torch::jit::Block* block, const GraphGathers& gathers, OpenGathers open,
+                    std::vector<GatherOp>& covered) {
+  std::map<torch::jit::Node*, std::vector<const Unit*>> waits;  // a split gather's wait -> units
+  std::map<torch::jit::Node*, std::vector<const Unit*>> reshards;  // reshard -> units it closes
+  for (torch::jit::Node* node : block->nodes()) {
+    auto kind = node->kind();
+    if (kind == ops::allGather() || kind == ops::gatherStart()) {
+      GatherOp gather = *GatherOp::of(node);
+      std::vector<const Unit*> units = gathers.units(gather);
+      torch::jit::Node* reshard = gather.reshard();
+      // Only the reshard may read a covered gather's list: nothing else needs rewiring.
+      bool isCovered = !units.empty() && reshard && gather.result()->output()->uses().size() == 1;
+      for (const Unit* unit : units) isCovered = isCovered && heldThrough(open, unit, reshard);
+      // A unit without parameters (`--fsdp-unit='**'` makes a Dropout one) gathers nothing and
+      // the runtime issues nothing for it, wherever it is.
+      torch::jit::Node* list = gather.paramList()->node();
+      if (reshard && list->kind() == c10::prim::ListConstruct && list->inputs().empty() &&
+          gather.result()->output()->uses().size() == 1) {
+        isCovered = true;
+      }
+      if (isCovered) {
+        covered.push_back(gather);
+      } else if (reshard && kind == ops::allGather()) {
+        opens(open, units, reshard);
+        reshards[reshard] = units;
+      } else if (reshard) {
+        waits[gather.result()] = units;
+        reshards[reshard] = units;
+      }
+    } else if (kind == ops::gatherWait()) {
+      auto units = waits.find(node);
+      if (units != waits.end()) opens(open, units->second, GatherOp::of(node)->reshard());
+    } else if (kind == ops::reshard()) {
+      auto units = reshards.find(node);
+      if (units != reshards.end()) closes(open, units->second, node);
+    }
+    for (torch::jit::Block* nested : node->blocks()) collectCovered(nested, gathers, open, covered);
+  }
+}
+
+}  // namespace
+
+std::vector<GatherOp> coveredGathers(torch::jit::Block* block, const GraphGathers& gathers) {
+  std::vector<GatherOp> covered;
+  collectCovered(block, gathers, {}, covered);
+  return covered;
+}
+
+void removeGather(const GatherOp& gather) {
+  const auto& listUses = gather.paramList()->uses();
+  bool trained = std::any_of(listUses.begin(), listUses.end(),
+                             [](const torch::jit::Use& use) { return use.user->kind() == ops::backwardHook(); });
+  if (trained) {
+    torch::jit::Graph& graph = *gather.issue()->owningGraph();
+    torch::jit::WithInsertPoint at(gather.result() ? gather.result() : gather.issue());  // right before the call
+    graph.insertNode(graph.create(ops::unitCall(), {gather.unitName()}, 0));
+  }
+  if (torch::jit::Node* reshard = gather.reshard()) reshard->destroy();
+  if (gather.isSplit() && gather.result()) gather.result()->destroy();
+  gather.issue()->destroy();
 }
 
 }  // namespace fsdp_opt

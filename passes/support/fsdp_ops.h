@@ -26,6 +26,7 @@ c10::Symbol gatherWait();    // fsdp::all_gather_wait
 c10::Symbol rankAny();       // fsdp::rank_any: whether any rank's flag is set
 c10::Symbol backwardHook();  // fsdp::backward_hook: a unit call's backward gathers it again
 c10::Symbol replicatedParams();  // fsdp::replicated_params: their gradients averaged
+c10::Symbol unitCall();          // fsdp::unit_call: where a call of a unit held from outside starts
 bool isFsdpOp(const torch::jit::Node* node);
 // An op that communicates with the other ranks: a gather of either form, or an agreement.
 bool isCollective(const torch::jit::Node* node);
@@ -138,5 +139,20 @@ class GraphGathers {
   std::string representative_;
   const FsdpPlan& plan_;
 };
+
+// The gathers of `block` (nested blocks included) whose units are all unsharded already where
+// they are issued, by gathers of the same graph around them: gathers and reshards pair within one
+// block, so the enclosing gather covers every path. Removing them changes no value and no
+// collective: the runtime would count them as nested. Both forms; a split gather opens its
+// units at its wait. `block` is walked from its first node with nothing open before it. A gather
+// of an empty list (a unit without parameters) is covered wherever it is: it moves nothing.
+std::vector<GatherOp> coveredGathers(torch::jit::Block* block, const GraphGathers& gathers);
+// Destroys a gather: its reshard, its wait (split form) and its issue. Its operand reads stay
+// for dead-code elimination. A gather whose list a backward hook reads (a unit's call site,
+// trained through) leaves an fsdp::unit_call in its place: TorchScript's autodiff must not merge
+// the call's first operations with the code before it, or backward would reach the call's
+// inputs (where a frozen unit is let go) before the call's own backward ran.
+void removeGather(const GatherOp& gather);
+
 
 }  // namespace fsdp_opt

@@ -14,6 +14,7 @@ Driver side:
     diff = h.same_bits(got, want)                   # None when bitwise identical, else a reason
     h.check_rank_files(t, out_dir, model_pt, 2, "W=2")   # each rank file holds exactly its shards
     h.gathers_per_call(opt_result.stdout, "generate", 13)  # collectives fsdp-opt --stats predicts
+    h.held_units(opt_result.stderr, "generate")     # units --remarks says the planner holds for the call
     sys.exit(t.finish("W=2 generate: 2 ranks bitwise identical"))   # the one-line SUMMARY
 
 Rank side: `run_ranks(W, fn, args)` starts W processes of `python -m fsdp_harness --worker`
@@ -224,14 +225,13 @@ def fsdp_run(target, method=None, inputs=None, check=None, repeat=None, stats=Fa
     return r
 
 
-def hoisted_units(remarks):
-    """Units whose gathers fsdp-opt --remarks says it hoisted out of a loop (hoist-loop-gathers),
-    in order; [] for a build without that pass."""
-    out = []
-    for line in remarks.splitlines():
-        if "[hoist-loop-gathers]" in line and " hoisted" in line and "unit '" in line:
-            out.append(line.split("unit '", 1)[1].split("'", 1)[0])
-    return out
+def held_units(remarks, method):
+    """Units fsdp-opt --remarks says plan-gather-lifetimes holds for the whole call of the root
+    method `method`, in module order; [] when it holds none."""
+    import re
+    m = re.search(r"\[plan-gather-lifetimes\] \d+ unit\(s\) held for the whole call of \S+::%s: (.*) \(static peak"
+                  % re.escape(method), remarks)
+    return re.findall(r"'([^']*)'", m.group(1)) if m else []
 
 
 def gathers_per_call(stats_text, method, iterations):

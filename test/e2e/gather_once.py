@@ -6,15 +6,17 @@
 #    root's forward: exactly 1 all-gather (torch.ops.fsdp.stats()["all_gathers"] counts
 #    collectives), moving exactly the decoder's bytes.
 # B: the same with decoder.layers.* nested units (and --bucket-bytes=0, so that no two
-#    gathers share a collective): 1 + n_layer * n all-gathers per call, and
-#    bytes_gathered = decoder's own bytes once + each layer's bytes n times.
+#    gathers share a collective): the planner holds the decoder and its layers for the whole
+#    parent call, so 1 + n_layer all-gathers per call (the rewrite alone: 1 + n_layer * n), and
+#    bytes_gathered = decoder's own bytes + each layer's bytes, once.
 # C: fsdp_models' GPT with the root a unit and `generate` registered on it, blocks.* units:
 #    C-budget: --max-unsharded-bytes = the root's bytes + one block's, so no block gather can
 #      leave the decoding loop (FSDP2's reshard-after-forward), --bucket-bytes=0:
 #      1 + n_layer * max_new_tokens all-gathers per generate call, and the runtime's peak of
 #      unsharded bytes within the budget;
 #    C-roomy: --max-unsharded-bytes = the whole model, --bucket-bytes=0: fsdp-opt remarks that
-#      it hoisted both blocks' gathers out of the loop, and generate costs 1 + n_layer;
+#      it holds both blocks for the whole generate call (none in C-budget), and generate costs
+#      1 + n_layer;
 #    C (default pipeline): as many per generate / forward call as `fsdp-opt --stats` predicts
 #      ("gathers per call of METHOD: N (K inside loops)" -> N - K + K * max_new_tokens).
 # Every call's output is bitwise the original model's (run unsharded in the driver), at W=2,
@@ -135,7 +137,7 @@ def main():
         "B": (wrapper_pt, ["--fsdp-unit=decoder.layers.*", "--bucket-bytes=0"]),
         "C": (gpt_pt, ["--fsdp-unit=blocks.*"]),
     }
-    manifests, hoisted, predicted = {}, {}, {}
+    manifests, held, predicted = {}, {}, {}
 
     def shard(name, src, flags):
         d = os.path.join(out_dir, name)
@@ -144,7 +146,7 @@ def main():
                        r.describe() if r.returncode else ""):
             return False
         manifests[name] = h.check_rank_files(t, d, src, WORLD, "config %s" % name)
-        hoisted[name] = h.hoisted_units(r.stderr)
+        held[name] = h.held_units(r.stderr, "generate")
         predicted[name] = {"generate": h.gathers_per_call(r.stdout, "generate", NEW_TOKENS),
                            "forward": h.gathers_per_call(r.stdout, "forward", 1)}
         return True
@@ -158,9 +160,9 @@ def main():
     for name, budget in (("C-budget", one_block), ("C-roomy", whole)):
         if not shard(name, gpt_pt, ["--fsdp-unit=blocks.*", "--max-unsharded-bytes=%d" % budget, "--bucket-bytes=0"]):
             return t.finish("")
-    t.check(hoisted["C-budget"] == [] and hoisted["C-roomy"] == ["blocks.%d" % i for i in range(N_LAYER)],
-            "fsdp-opt hoists no block gather out of generate's loop within %d bytes, both within %d"
-            % (one_block, whole), str(hoisted))
+    t.check(held["C-budget"] == [] and held["C-roomy"] == ["blocks.%d" % i for i in range(N_LAYER)],
+            "fsdp-opt holds no block for the whole generate call within %d bytes, both within %d"
+            % (one_block, whole), str(held))
     t.check(predicted["C"]["generate"] is not None and predicted["C"]["forward"] is not None,
             "config C: fsdp-opt --stats predicts %s collectives per generate, %s per forward"
             % (predicted["C"]["generate"], predicted["C"]["forward"]), str(predicted["C"]))
@@ -175,19 +177,19 @@ def main():
          "src": wrapper_pt, "gathers": 1, "bytes": ub["A"]["decoder"],
          "what": "parent forward -> decoder.generate -> %d x decoder.forward" % NEW_TOKENS},
         {"name": "B", "dir": os.path.join(out_dir, "B"), "inputs": wrapper_in, "method": "forward",
-         "src": wrapper_pt, "gathers": 1 + N_LAYER * NEW_TOKENS,
-         "bytes": ub["B"]["decoder"] + NEW_TOKENS * layer_bytes,
-         "what": "same, with %d nested layer units" % N_LAYER},
+         "src": wrapper_pt, "gathers": 1 + N_LAYER,
+         "bytes": ub["B"]["decoder"] + layer_bytes,
+         "what": "same, with %d nested layer units, all held for the call" % N_LAYER},
         {"name": "C-budget-generate", "dir": os.path.join(out_dir, "C-budget"), "inputs": gen_in,
          "method": "generate", "src": gpt_pt, "gathers": 1 + N_LAYER * NEW_TOKENS,
          "bytes": ub["C"]["."] + NEW_TOKENS * block_bytes, "peak": one_block,
          "what": "root-unit GPT generate within one block's budget (1 + n_layer x max_new_tokens)"},
         {"name": "C-roomy-generate", "dir": os.path.join(out_dir, "C-roomy"), "inputs": gen_in,
          "method": "generate", "src": gpt_pt, "gathers": 1 + N_LAYER, "bytes": whole, "peak": whole,
-         "what": "root-unit GPT generate, block gathers hoisted (1 + n_layer)"},
+         "what": "root-unit GPT generate, blocks held for the call (1 + n_layer)"},
         {"name": "C-generate", "dir": os.path.join(out_dir, "C"), "inputs": gen_in, "method": "generate",
          "src": gpt_pt, "gathers": predicted["C"]["generate"], "bytes": None,
-         "what": "root-unit GPT generate, default pipeline (%d block gathers hoisted)" % len(hoisted["C"])},
+         "what": "root-unit GPT generate, default pipeline (%d blocks held)" % len(held["C"])},
         {"name": "C-forward", "dir": os.path.join(out_dir, "C"), "inputs": fwd_in, "method": "forward",
          "src": gpt_pt, "gathers": predicted["C"]["forward"], "bytes": ub["C"]["."] + block_bytes,
          "what": "root-unit GPT forward, default pipeline"},
@@ -220,8 +222,8 @@ def main():
                 % (c["name"], c["gathers"], "" if c["bytes"] is None else ", %d bytes" % c["bytes"],
                    ", peak unsharded <= %d bytes" % c["peak"] if "peak" in c else ""),
                 "; ".join(counts) or "gather_calls per call: %d" % results[0].value[c["name"]][-1]["delta"]["gather_calls"])
-    return t.finish("W=%d: decoder.generate gathers its unit once per parent call (A, B); root GPT generate "
-                    "1 + %d x %d gathers within a one-block budget, 1 + %d with room to hoist, %s by default "
+    return t.finish("W=%d: decoder.generate gathers its units once per parent call (A, B); root GPT generate "
+                    "1 + %d x %d gathers within a one-block budget, 1 + %d with room to hold, %s by default "
                     "as --stats predicts; all outputs bitwise identical"
                     % (WORLD, N_LAYER, NEW_TOKENS, N_LAYER, predicted["C"]["generate"]))
 

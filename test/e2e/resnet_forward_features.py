@@ -57,8 +57,8 @@ def main():
     done = []
     for w in worlds:
         out = os.path.join(a.out, "resnet.w%d%s" % (w, ".pt" if w == 1 else ""))
-        r = h.fsdp_opt(orig, "--world-size=%d" % w, *UNITS,
-                       "--forward-method=backbone:_forward_impl", "-o", out)
+        r = r_opt = h.fsdp_opt(orig, "--world-size=%d" % w, *UNITS,
+                       "--forward-method=backbone:_forward_impl", "--stats", "-o", out)
         if not t.check(r.returncode == 0 and "warning:" not in r.stderr,
                        "W=%d with --forward-method=backbone:_forward_impl: fsdp-opt succeeds, no warning" % w,
                        "" if r.returncode == 0 else r.describe()):
@@ -72,10 +72,13 @@ def main():
                     str(units))
         r = h.fsdp_run(out, inputs=inputs, check=orig, repeat=REPEAT, stats=True)
         if h.check_fsdp_run_exact(t, r, "W=%d forward x%d" % (w, REPEAT), w, orig):
-            # backbone once, each of its four layer units once, per call
-            bad = {k: s for k, s in r.stats.items() if s.get("all_gathers") != 5 * REPEAT
+            # backbone and its four layer units held for the call, in buckets of at most
+            # --bucket-bytes (25 MiB): fewer collectives than the 5 units, as --stats predicts
+            predicted = h.gathers_per_call(r_opt.stdout, "forward", 1)
+            bad = {k: s for k, s in r.stats.items() if s.get("all_gathers") != (predicted or 0) * REPEAT
                    or s.get("unsharded_bytes") != 0}
-            t.check(not bad, "W=%d: 5 gathers per call (backbone + layer1-4), all resharded" % w,
+            t.check(predicted is not None and 1 <= predicted < 5 and not bad,
+                    "W=%d: %s gathers per call as --stats predicts (5 units, bucketed), all resharded" % (w, predicted),
                     str(bad))
             done.append("W=%d" % w)
     return t.finish("resnet wrapper via backbone._forward_impl: %s bitwise identical on every rank%s"

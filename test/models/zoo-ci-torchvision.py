@@ -10,5 +10,5 @@
 # CHECK: torchvision/mobilenet_v3_small: EXACT
 # CHECK: units 12: root (MobileNetV3), 11 InvertedResidual;
 # CHECK: torchvision/resnet18: EXACT
-# CHECK: units 9: root (ResNet), 8 BasicBlock; {{.*}}; gathers forward 9;
+# CHECK: units 9: root (ResNet), 8 BasicBlock; {{.*}}; gathers forward 3;
 # CHECK: zoo {{torch2|torch113}} ci: {{[1-9][0-9]*}} exact, 0 cannot work, 0 failed
