@@ -1,10 +1,13 @@
-// Internal: the envelope, the fixed-size collective that goes ahead of every collective the
-// runtime issues at world size > 1 and carries its fingerprint (fingerprint.h). docs/runtime.md,
-// "Collective fingerprints".
+// Internal: the envelope, the collective of an agreed size that goes ahead of every collective
+// the runtime issues at world size > 1 and carries its fingerprint (fingerprint.h).
+// docs/runtime.md, "Collective fingerprints".
 //
-//   - Every rank sends kEnvelopeBytes: a 64-byte header (sequence number, kind, unit hash, payload
-//     bytes, layout hash) and, when the payload fits in the rest (kEnvelopeInlineBytes), the
-//     payload itself: such a collective (fsdp::rank_any, a tiny unit) is then one collective.
+//   - Every rank sends the same number of bytes, chosen without asking anyone (EnvelopeSizer:
+//     at least kEnvelopeBytes, more when the collectives every rank agreed on so far say a larger
+//     payload comes next): a 64-byte header (sequence number, kind, unit hash, payload bytes,
+//     layout hash, inline capacity) and, when the payload fits in the rest, the payload itself:
+//     such a collective (fsdp::rank_any, a tiny unit, a gather that came round before) is then
+//     one collective.
 //   - After it, every rank has every rank's header and compares them with its own. All equal: the
 //     payload's own collective (of payloadBytes, now known to be the same on every rank) may be
 //     issued. Different: no payload moves; every rank raises one kDivergence error naming rank 0's

@@ -7,9 +7,9 @@
 // between ranks never gets there. Gloo aborts the process whose receive buffer is the smaller one
 // (`enforce fail at gloo/transport/tcp/pair.cc: op.preamble.length <= op.nbytes`, std::terminate
 // on its I/O thread) and lets the other return "successfully" with a partial, mixed buffer;
-// NCCL's behaviour is undefined. So every collective is preceded by a fixed-size envelope that
-// carries this header (and the payload itself when it is small enough to fit, so small
-// collectives such as fsdp::rank_any stay one collective); only when every rank's header equals
+// NCCL's behaviour is undefined. So every collective is preceded by an envelope of a size every
+// rank knows (EnvelopeSizer) that carries this header (and the payload itself when it fits, so
+// small collectives such as fsdp::rank_any stay one collective); only when every rank's header equals
 // this rank's is the payload's own collective issued. docs/runtime.md, "Collective fingerprints".
 //
 // Torch-free: the format, its comparison and the messages are unit-tested on their own
