@@ -13,14 +13,20 @@
 # for 2 steps (forward, backward, AdamW) under fsdp-opt (no budget, and root + 1 block), FSDP2
 # (reshard_after_forward True and False) and FSDP1 on the same batches: every configuration's
 # gathered parameters match FSDP2's (reshard=True), ours issue 5 + 5 all-gathers and one gradient
-# all-to-all per unit (5), and the budgeted one keeps at most root + 1 block unsharded. Timings in
-# --quick mode mean nothing and are not checked.
+# all-to-all per unit (5), and the budgeted one keeps at most root + 1 block unsharded;
+# entry_cost.py times three entry calls of the GPT (root and every Block a unit) against a raw
+# torch.distributed all-gather of their bytes plus the unsharded call, with their collectives:
+# generate(ids, 0) gathers the root once and agrees once (its decoding loop is rank-uniform),
+# forward gathers the 5 units, generate(ids, 2) gathers 1 + 4 x 2 times and agrees 1 + 2 times,
+# each output bitwise the unsharded call's. Timings in --quick mode mean nothing and are not
+# checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
 # RUN: %python %S/../bench/pass_scaling.py --quick --work %t.pass | FileCheck %s --check-prefix=PASS
 # RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
 # RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
+# RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -75,3 +81,13 @@
 # TRAIN: correctness: parameters match FSDP2 reshard_after_forward=True's within 0.0001 after 2 steps: ours {{[^,]+}}, ours_b {{[^,]+}}, d_rf {{[^,]+}}, e {{.+}}
 # TRAIN-NEXT: ours with and without budget: parameters bitwise equal
 # TRAIN-NEXT: collectives alone (torch.distributed gloo, {{.*}}): 52 all-to-alls, one per parameter: {{.*}}; 5 all-to-alls, one per unit: {{.*}}; 5 reduce-scatters, one per unit: {{.*}}; 5 all-gathers, one per unit:
+#
+# Columns after the label: unsharded, raw all-gather, their sum, fsdp-opt (ms), ratio, then the
+# collectives, bytes and the bitwise check.
+# ENTRY: model: GPT n_layer=4 n_embd=32 {{.*}} in 5 units
+# ENTRY: | entry call
+# ENTRY-NEXT: |---
+# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 1 {{ *}}| 10.62 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 + 3 {{ *}}| {{[0-9.]+}} KiB {{ *}}| yes {{ *}}|
+# ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
