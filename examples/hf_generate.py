@@ -40,5 +40,12 @@ else:  # on every rank, under torchrun
     model = fsdp_opt.load_rank_file("gpt2-sharded")
     prompt = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(int(os.environ["RANK"])))
     with torch.no_grad():
-        tokens = model.generate(prompt, 16, 50256)  # this rank's prompt, its own eos
+        if sys.argv[1] == "run":  # the loop in TorchScript
+            tokens = model.generate(prompt, 16, 50256)  # this rank's prompt, its own eos
+        else:  # "python": the loop in Python, in one unshard scope
+            tokens = prompt
+            with fsdp_opt.unsharded(model):
+                for _ in range(16):
+                    token = torch.argmax(model(tokens)[:, -1, :], dim=-1, keepdim=True)
+                    tokens = torch.cat([tokens, token], dim=1)
     print("rank %s: %s (%d all-gathers)" % (os.environ["RANK"], tokens.tolist(), fsdp_opt.stats()["all_gathers"]))

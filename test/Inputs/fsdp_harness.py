@@ -225,6 +225,17 @@ def fsdp_run(target, method=None, inputs=None, check=None, repeat=None, stats=Fa
     return r
 
 
+def readme_shows_example(t, repo, relpath):
+    """Checks that README.md shows the example file `relpath` verbatim (as an indented block);
+    returns the README's text and the example's path."""
+    script = os.path.join(repo, relpath)
+    code = open(script).read()
+    readme = open(os.path.join(repo, "README.md")).read()
+    shown = "".join("    " + l if l.strip() else "\n" for l in code.splitlines(True))
+    t.check(shown in readme, "README shows %s verbatim" % relpath)
+    return readme, script
+
+
 def default_pipeline():
     """The default pipeline, from libfsdp_passes itself (so a test follows it)."""
     import torch
