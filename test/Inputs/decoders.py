@@ -207,15 +207,20 @@ class HFGenerate(nn.Module):
         return idx
 
 
-def traced_gpt2(n_layer: int = 2, seed: int = 0):
-    """GPT2LMHeadModel from a small random config, traced as Hugging Face users trace it
-    (use_cache=False: a cache object cannot leave a trace; strict=False: it returns a dict)."""
+def gpt2(n_layer: int = 2, seed: int = 0):
+    """The eager GPT2LMHeadModel that traced_gpt2 traces: a small random config (use_cache=False:
+    a cache object cannot leave a trace; Hugging Face's generate can still ask for one)."""
     import transformers
     transformers.logging.set_verbosity_error()
     config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=n_layer, n_head=4, n_positions=64,
                                      use_cache=False, bos_token_id=0, eos_token_id=1, pad_token_id=0)
     torch.manual_seed(seed)
-    model = transformers.GPT2LMHeadModel(config).eval()
+    return transformers.GPT2LMHeadModel(config).eval()
+
+
+def traced_gpt2(n_layer: int = 2, seed: int = 0):
+    """gpt2(n_layer, seed) traced as Hugging Face users trace it (strict=False: it returns a dict)."""
+    model = gpt2(n_layer, seed)
     example = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         return torch.jit.trace(model, (example,), strict=False)
