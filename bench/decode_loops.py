@@ -92,6 +92,15 @@ def config_name(loop, kind):
     return "%s/%s" % (loop, kind)
 
 
+def label(loop, kind):
+    """The configuration column: for (f) the eager rows say that they run Hugging Face's generate."""
+    if LOOPS[loop][0] == "hf" and kind == "eager":
+        return "unsharded, eager HF generate"
+    if LOOPS[loop][0] == "hf" and kind.startswith("fsdp2"):
+        return KINDS[kind].replace("FSDP2,", "FSDP2 HF generate,")
+    return KINDS[kind]
+
+
 # ---- rank side -------------------------------------------------------------------------------
 
 def _eager_kv(a):
@@ -271,7 +280,7 @@ def main(argv=None):
         models, prompts, opt, dirs, budgets, units = {}, {}, {}, {}, {}, {}
         shapes = {"kv": {"n_layer": a.n_layer, "d": a.d, "new_tokens": a.new_tokens},
                   "hf": {"n_layer": a.hf_n_layer, "new_tokens": a.hf_new_tokens}}
-        wanted = sorted({LOOPS[lp][0] for lp in loops})
+        wanted = [k for k in ("kv", "hf") if any(LOOPS[lp][0] == k for lp in loops)]
         t0 = time.perf_counter()
         for key in wanted:
             models[key] = os.path.join(work, key + ".pt")
@@ -342,7 +351,7 @@ def main(argv=None):
                 predicted = fsdp_harness.gathers_per_call(opt["%s-%s" % (model_key, OURS[kind])]["stats"],
                                                              method, iterations)
             rows[cfg] = {"loop": loop, "kind": kind, "method": method, "model": model_key,
-                         "label": KINDS[kind], "ms": 1e3 * median(per_call), "ms_all": [1e3 * t for t in per_call],
+                         "label": label(loop, kind), "ms": 1e3 * median(per_call), "ms_all": [1e3 * t for t in per_call],
                          "cpu_ms": 1e3 * median(cpu_call), "n_timed": len(per_call),
                          "all_gathers": counts.get("all_gathers"), "other_collectives": counts.get("other", {}),
                          "bytes_gathered": counts.get("bytes_gathered"),
@@ -419,7 +428,7 @@ def main(argv=None):
                               if all_equal else "MISMATCH in " + ", ".join(c for c in configs
                                                                           if not rows[c]["bitwise_equal"])))
         if a.quick:
-            print("(--quick: tiny models, 1 warmup call: timings and targets mean nothing here)")
+            print("(--quick: tiny models, 2 warmup calls, 1 timed: timings and targets mean nothing here)")
 
         out = {"shapes": shapes, "prompt": a.prompt, "budgets": budgets, "units": units,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "loops": loops, "kinds": kinds,
