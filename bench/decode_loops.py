@@ -49,7 +49,9 @@ TorchDispatchMode sees every c10d collective (all-gathers; the rest by name), an
 the largest sum of FSDP2 parameters in state UNSHARDED, at full unpadded size, sampled in a
 forward pre-hook of every unit (it runs after FSDP2's own unshard) and once after the call.
 Every configuration's tokens, on both ranks and every call, must equal the loop's unsharded
-run's, bit for bit; the script exits 1 otherwise.
+run's, bit for bit; the script exits 1 otherwise. After the timed calls, every round also times
+an all-gather of each model's whole parameter bytes alone on torch.distributed's Gloo group: what
+the one gather of fsdp-opt's no-budget rows costs, for reading the gap to the unsharded rows.
 
     python bench/decode_loops.py           # full run: table, targets, --json
     python bench/decode_loops.py --quick   # smoke: 2 layers, 4 new tokens, 1 round, 1 repeat
@@ -200,7 +202,30 @@ def bench_worker(ctx):
             counts = conf.counts() if conf.counts else None
             results.append({"config": cfg, "rank": ctx.rank, "tokens": conf.first, "times": conf.times,
                             "cpu": conf.cpu, "counts": counts})
+        results.append({"config": "probe", "times": _probe_gathers(a["probe_bytes"], a["repeats"] * 2)})
     return results
+
+
+def _probe_gathers(probe_bytes, n):
+    """Seconds each of n all-gathers of every model's whole parameter bytes takes alone on
+    torch.distributed's Gloo group (not the fsdp runtime's, which splits large gathers over its
+    threads): the price of the one gather fsdp-opt's no-budget rows pay per call."""
+    import torch
+    import torch.distributed as dist
+    out = {}
+    for key, nbytes in probe_bytes.items():
+        w = dist.get_world_size()
+        shard = torch.zeros((nbytes // 4 + w - 1) // w)
+        full = torch.empty(shard.numel() * w)
+        times = []
+        for i in range(n + 2):
+            dist.barrier()
+            t0 = time.perf_counter()
+            dist.all_gather_into_tensor(full, shard)
+            if i >= 2:
+                times.append(time.perf_counter() - t0)
+        out[key] = times
+    return out
 
 
 # ---- driver side -----------------------------------------------------------------------------
@@ -313,15 +338,19 @@ def main(argv=None):
               % (a.prompt, bc.WORLD_SIZE, time.perf_counter() - t0), flush=True)
 
         configs = [config_name(lp, k) for lp in loops for k in kinds]
+        probe_bytes = {key: sum(units[key].values()) for key in wanted}
         common = {"models": models, "prompts": prompts_pt, "dirs": dirs, "kv": shapes["kv"], "hf": shapes["hf"],
-                  "warmup": a.warmup, "repeats": a.repeats}
+                  "warmup": a.warmup, "repeats": a.repeats, "probe_bytes": probe_bytes}
         env = bc.rank_env(lib)
         samples = {c: [] for c in configs}
+        probes = {key: [] for key in wanted}
         load_start = bc.report_load()
         wall_t0 = time.perf_counter()
         for rnd, schedule, values, secs in bc.launch_rounds(bench_worker, common, configs, a.rounds, a.timeout, env):
             for i, cfg in enumerate(schedule):
                 samples[cfg].append([v[i] for v in values])
+            for key in wanted:  # the probe: after the configurations, on the same processes
+                probes[key] += [max(ts) for ts in zip(*[v[-1]["times"][key] for v in values])]
             print("round %d/%d: %.1f s" % (rnd, a.rounds, secs), flush=True)
         wall_s = time.perf_counter() - wall_t0
         load_end = os.getloadavg()
@@ -412,6 +441,10 @@ def main(argv=None):
             if r["budget"]:
                 pb, pt = r["budget"]["peak_unsharded_bytes"], r["fsdp2_t"]["peak_unsharded_bytes"]
                 target(loop, "budget peak unsharded <= FSDP2 T", "bytes", pb <= pt, "%d vs %d" % (pb, pt))
+        probe_ms = {key: 1e3 * median(probes[key]) for key in wanted}
+        print("one all-gather of the whole model alone (torch.distributed gloo, median of %d, slower rank): %s"
+              % (len(probes[wanted[0]]), "; ".join("%s %s in %.1f ms" % (key, fmt_bytes(probe_bytes[key]), probe_ms[key])
+                                                  for key in wanted)))
         print("fsdp-opt --stats, gathers per call predicted / counted: " + "; ".join(
             "%s %s %s/%s" % (LOOPS[r["loop"]][2], "budget" if r["kind"] == "budget" else "no budget",
                              r["predicted_gathers"], fmt_count(r["all_gathers"]))
@@ -432,7 +465,7 @@ def main(argv=None):
 
         out = {"shapes": shapes, "prompt": a.prompt, "budgets": budgets, "units": units,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "loops": loops, "kinds": kinds,
-               "rows": rows, "targets": targets, "all_bitwise_equal": all_equal, "counts_as_predicted": counts_ok,
+               "rows": rows, "targets": targets, "probe_bytes": probe_bytes, "probe_gather_ms": probe_ms, "all_bitwise_equal": all_equal, "counts_as_predicted": counts_ok,
                **bc.run_record(load_start, load_end, opt, wall_s, argv, table)}
         if a.json:
             bc.write_json(a.json, out)
