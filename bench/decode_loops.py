@@ -9,7 +9,7 @@ Loops (test/Inputs/decoders.py), greedy decoding spelled the ways users write it
   (c) KVDecoder.generate_cached    prefill, then one cached step per token (List[Tensor] KV cache)
   (d) KVDecoder.generate_helpers   the loop body calls helper methods
   (e) KVDecoder.generate_branch    an `if` in the body picks one of two head units
-  (f) HFGenerate.generate          a traced Hugging Face GPT-2 (no cache: every step recomputes
+  (f) HFGenerate.generate          a traced Hugging Face GPT-2 (decoders.traced_hf("gpt2"); no cache: every step recomputes
                                    the sequence) inside a scripted loop written as (b)
 
 Configurations, for every loop, on the same weights and the same prompt (batch 1; eos = -1, so
@@ -118,7 +118,7 @@ def _eager_gpt2(a):
     max_new_tokens steps like the scripted loop with eos = -1."""
     import torch
     import decoders as dl
-    model = dl.gpt2(a["hf"]["n_layer"])
+    model = dl.hf_model("gpt2", a["hf"]["n_layer"])
     model.load_state_dict(torch.jit.load(a["models"]["hf"]).model.state_dict())
     model.generation_config.eos_token_id = None
     return model.eval()
@@ -313,8 +313,8 @@ def main(argv=None):
                 scripted = torch.jit.script(dl.kv_decoder(a.n_layer, a.d))
                 vocab, flags = 67, dl.KV_UNIT_FLAGS
             else:
-                scripted = torch.jit.script(dl.HFGenerate(dl.traced_gpt2(a.hf_n_layer)))
-                vocab, flags = 128, dl.HF_UNIT_FLAGS
+                scripted = torch.jit.script(dl.HFGenerate(dl.traced_hf("gpt2", a.hf_n_layer)))
+                vocab, flags = 128, dl.HF_UNIT_FLAGS["gpt2"]
             scripted.save(models[key])
             prompts[key] = torch.randint(0, vocab, (1, a.prompt), generator=torch.Generator().manual_seed(1))
             o, budgets[key], units[key] = shard(tool, models[key], flags, work, key)

@@ -15,8 +15,9 @@ eos is -1, so it runs all max_new_tokens steps. Same weights for every configura
                      makes the loop run while ANY rank continues (one fsdp::rank_any per
                      iteration, plus one before the loop); a finished rank joins the collectives
                      and skips the computation
-  ours_nobudget      the same without a budget (default pipeline): every gather is hoisted out of
-                     the loop, which then needs no agreement; rank 0 leaves after one step
+  ours_nobudget      the same without a budget (default pipeline): every unit is held for the
+                     whole call (plan-gather-lifetimes), one collective, and the loop needs no
+                     agreement; rank 0 leaves after one step
   fsdp2_synced       FSDP2: fully_shard on every block and the root, reshard_after_forward=True,
                      register_fsdp_forward_method(model, "generate_synced"), where generate_synced
                      is greedy decoding written like Hugging Face's synced_gpus=True loop: every
@@ -63,7 +64,7 @@ from bench_common import ROOT, fmt_bytes, fmt_count, median  # noqa: E402
 CONFIGS = {
     "a": "(a) original, unsharded, 1 process per rank",
     "ours": "ours: fsdp-opt, budget = root + 1 layer",
-    "ours_nobudget": "ours: fsdp-opt, no budget (hoisted)",
+    "ours_nobudget": "ours: fsdp-opt, no budget (held for the call)",
     "fsdp2_synced": "FSDP2 synced, reshard_after_forward=True",
     "fsdp2_synced_keep": "FSDP2 synced, reshard_after_forward=False",
 }

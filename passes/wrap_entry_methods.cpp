@@ -14,8 +14,8 @@
 // unsharded unit cost no collective.
 // Assumes: the plan is built; insert-unit-gathers ran, so reads under a unit's call are already
 // covered and only the root's own group is left. Guarantees: the three attributes exist on the
-// root (the shard writer sets them per rank); no root method reads the root group uncovered;
-// idempotent.
+// root (the shard writer sets them per rank), and so do the unshard scopes' (scope_metadata.h);
+// no root method reads the root group uncovered; idempotent.
 //
 //   after: graph(%self, ...):
 //            fsdp::check_rank(%rank, %world, %sha)
@@ -28,6 +28,7 @@
 #include "support/fsdp_ops.h"
 #include "support/instance_walk.h"
 #include "support/module_tree.h"
+#include "support/scope_metadata.h"
 
 #include <fsdp_opt/pattern.h>
 
@@ -86,6 +87,7 @@ bool wrapEntryMethods(PassContext& context) {
   torch::jit::Module& root = context.module();
   addRankAttributes(root);
   addUnitPathAttributes(root, *plan);
+  addScopeAttributes(root, *plan, context.options());  // for unshard scopes (fsdp_opt.unsharded)
   const Unit* rootUnit = plan->unitAt("");
   std::vector<std::string> replicated = context.options().worldSize > 1 ? replicatedParameters(root, *plan)
                                                                         : std::vector<std::string>();

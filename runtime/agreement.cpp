@@ -5,7 +5,7 @@
 // each iteration on whether any goes on. Each agreement is one all-gather through the backend of
 // `like`'s device (a parameter of a unit the loop gathers, so a CUDA job agrees over NCCL and a
 // CPU job over Gloo, the same on every rank): the fingerprint envelope (envelope.h, 512 bytes
-// per rank) with the 8-byte flag inside. At world size 1 there is nothing to exchange.
+// per rank or more) with the 8-byte flag inside. At world size 1 there is nothing to exchange.
 #include <torch/library.h>
 
 #include <ATen/ATen.h>

@@ -51,18 +51,18 @@ class CopyOnlyUnshard final : public PendingUnshard {
 // CPU, world size > 1: cast (at::Tensor::to) and pack every shard into one byte buffer, one
 // asynchronous byte all-gather of those buffers on the backend that serves CPU tensors, unpack
 // into the full tensors at finish(). Ahead of it, the envelope with the gather's fingerprint
-// (envelope.h): issued before the packing, so that its round trip overlaps the copies, and
-// checked before the payload's all-gather is issued. A payload small enough to ride in the
-// envelope needs no all-gather of its own. all_gather_start leaves both the check and the
-// payload to the issuer thread (collective_order.h).
+// (envelope.h), checked before the payload's all-gather is issued; the shards are packed while
+// it is on its way. A payload that fits in the envelope (always one of at most 448 bytes, and
+// any payload of up to 1 MiB once the collectives before it repeat) is packed into it and needs
+// no all-gather of its own; it is unpacked from every rank's envelope once the fingerprints
+// matched. all_gather_start leaves both the check and the payload to the issuer thread
+// (collective_order.h).
 class HostCollectiveUnshard final : public PendingUnshard {
  public:
   HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
       : layout_(specsOf(req), req.world) {
     backend_ = backendFor(req.device, context);
     // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
-    send_ = pooledEmptyCpu({layout_.packedBytes()}, at::kByte);
-    recv_ = pooledEmptyCpu({layout_.gatheredBytes()}, at::kByte);
     // Allocated now, filled at finish(): the memory of a started gather is held from here on
     // (what peak_unsharded_bytes counts).
     for (size_t i = 0; i < req.shards.size(); ++i) {
@@ -81,42 +81,44 @@ class HostCollectiveUnshard final : public PendingUnshard {
     } catch (const std::exception& e) {
       fail(e);
     }
-    const bool fits = bytes <= kEnvelopeInlineBytes;
-    if (fits) pack(req);  // the payload rides in the envelope: one collective
+    // The payload rides in the envelope when the envelope is large enough (the same collectives
+    // came before: envelope.h), packed straight into it: one collective, no send buffer.
     std::unique_ptr<Envelope> envelope;
     try {
-      envelope = std::make_unique<Envelope>(backend_, req.device, identity, fits ? send_ : at::Tensor());
+      envelope = std::make_unique<Envelope>(backend_, req.device, identity,
+                                            Envelope::PayloadWriter([&](void* dst) { pack(req, dst); }));
     } catch (const std::exception& e) {
       fail(e);
     }
-    if (!fits) pack(req);  // while the envelope is on its way
+    const bool carried = envelope->carriesPayload();
+    if (carried) {
+      recv_ = envelope->received();  // its bytes are valid once the envelope is finished
+      chunkStride_ = envelope->bytes();
+      chunkOffset_ = static_cast<int64_t>(fingerprint::kHeaderBytes);
+    } else {
+      send_ = pooledEmptyCpu({bytes}, at::kByte);
+      recv_ = pooledEmptyCpu({layout_.gatheredBytes()}, at::kByte);
+      chunkStride_ = bytes;
+      pack(req, send_.data_ptr());  // while the envelope is on its way
+    }
     if (req.asyncStart) {
-      // The issuer thread checks the envelope (and issues a payload that did not fit); it drops
-      // its copies of the buffers right after, and this unshard keeps its own until finish(),
-      // so they go back to the pool here, not on that thread.
-      std::function<std::unique_ptr<PendingCollective>()> issue = [recv = recv_] {
+      // The issuer thread checks the envelope (and issues a payload that did not ride in it); it
+      // drops its references to the buffers right after, and this unshard keeps its own until
+      // finish(), so they go back to the pool here, not on that thread.
+      std::function<std::unique_ptr<PendingCollective>()> issue = [] {
         return std::unique_ptr<PendingCollective>();
       };
-      if (!fits) {
+      if (!carried) {
         issue = [backend = backend_, send = send_, recv = recv_] {
           return backend->allGatherBytesAsync(send, recv);
         };
       }
-      deferred_ = issueAfter(order, std::move(envelope), fits ? recv_.data_ptr() : nullptr,
-                             std::move(issue));
-      return;
-    }
-    if (fits) {
-      try {
-        envelope->finish(recv_.data_ptr());
-      } catch (const std::exception& e) {
-        fail(e);
-      }
+      deferred_ = issueAfter(order, std::move(envelope), nullptr, std::move(issue));
       return;
     }
     try {
       envelope->finish();
-      collective_ = backend_->allGatherBytesAsync(send_, recv_);
+      if (!carried) collective_ = backend_->allGatherBytesAsync(send_, recv_);
     } catch (const std::exception& e) {
       fail(e);
     }
@@ -130,7 +132,8 @@ class HostCollectiveUnshard final : public PendingUnshard {
     }
     std::vector<void*> dst;
     for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
-    layout::unpackCpu(layout_, recv_.data_ptr(), dst);
+    layout::unpackCpu(layout_, static_cast<const char*>(recv_.data_ptr()) + chunkOffset_, dst,
+                      chunkStride_);
     send_.reset();
     recv_.reset();
   }
@@ -155,7 +158,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
   int64_t bytesPerRank() const override { return layout_.packedBytes(); }
 
  private:
-  void pack(const UnshardRequest& req) {
+  void pack(const UnshardRequest& req, void* dst) {
     std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
     std::vector<const void*> src;
     for (size_t i = 0; i < req.shards.size(); ++i) {
@@ -164,7 +167,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
       packedSources.push_back(s.contiguous());
       src.push_back(packedSources.back().data_ptr());
     }
-    layout::packCpu(layout_, src, send_.data_ptr());
+    layout::packCpu(layout_, src, dst);
   }
 
   std::unique_ptr<PendingCollective> takeDeferred() {
@@ -182,8 +185,10 @@ class HostCollectiveUnshard final : public PendingUnshard {
 
   layout::PackLayout layout_;
   std::shared_ptr<CollectiveBackend> backend_;
-  at::Tensor send_;
-  at::Tensor recv_;
+  at::Tensor send_;  // undefined when the payload rides in its envelope
+  at::Tensor recv_;  // every rank's packed chunk: the payload's receive buffer, or the envelopes'
+  int64_t chunkStride_ = 0;  // rank r's packed chunk is at recv_ + chunkOffset_ + r * chunkStride_
+  int64_t chunkOffset_ = 0;
   std::shared_ptr<DeferredCollective> deferred_;  // all_gather_start: the issuer thread's part
   std::unique_ptr<PendingCollective> collective_;
 };

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <mutex>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -27,10 +28,10 @@ std::string storeKey(const char* what, uint64_t generation, uint64_t sequence, i
          "/" + std::to_string(rank);
 }
 
-std::vector<fingerprint::Header> decodeAll(const at::Tensor& all, int world) {
+std::vector<fingerprint::Header> decodeAll(const at::Tensor& all, int world, int64_t stride) {
   std::vector<fingerprint::Header> headers;
   const auto* base = static_cast<const unsigned char*>(all.data_ptr());
-  for (int r = 0; r < world; ++r) headers.push_back(fingerprint::decode(base + r * kEnvelopeBytes));
+  for (int r = 0; r < world; ++r) headers.push_back(fingerprint::decode(base + r * stride));
   return headers;
 }
 
@@ -39,36 +40,100 @@ void checkHeaders(const std::vector<fingerprint::Header>& headers, int rank,
   if (fingerprint::firstDivergentRank(headers) >= 0) raiseDivergence(headers, rank, mine, sequence);
 }
 
+// The envelope sizer of this process (fingerprint::EnvelopeSizer), fed by every envelope in issue
+// order: envelopes are issued under the collective order and each is finished before the next is
+// issued (collective_order.h), on whichever thread. A new group starts it afresh.
+struct SizerState {
+  std::mutex mutex;
+  uint64_t generation = 0;
+  fingerprint::EnvelopeSizer sizer;
+};
+
+SizerState& sizerState() {
+  static SizerState* s = new SizerState();  // leaked, like the order: the issuer thread uses it
+  return *s;
+}
+
+int64_t nextEnvelopeBytes() {
+  const uint64_t generation = groupStore().generation;
+  SizerState& s = sizerState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (s.generation != generation) {
+    s.sizer.reset();
+    s.generation = generation;
+  }
+  return s.sizer.nextEnvelopeBytes();
+}
+
+// `agreed`: the header every rank sent; null after a mismatch or a failed envelope.
+void noteEnvelope(const fingerprint::Header* agreed) {
+  SizerState& s = sizerState();
+  std::lock_guard<std::mutex> lock(s.mutex);
+  if (agreed != nullptr) {
+    s.sizer.agreed(*agreed);
+  } else {
+    s.sizer.reset();
+  }
+}
+
 }  // namespace
 
 Envelope::Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device& device,
                    const fingerprint::Identity& identity, const at::Tensor& inlinePayload)
     : identity_(identity), device_(device), backend_(std::move(backend)) {
+  FSDP_CHECK(!inlinePayload.defined() ||
+                 (inlinePayload.device().is_cpu() && inlinePayload.is_contiguous() &&
+                  inlinePayload.nbytes() == static_cast<size_t>(identity.payloadBytes) &&
+                  identity.payloadBytes <= kEnvelopeInlineBytes),
+             ErrorKind::kInternal, "fsdp: an envelope's inline payload must be a contiguous CPU "
+             "buffer of at most ", kEnvelopeInlineBytes, " bytes");
+  issue(inlinePayload.defined() ? &inlinePayload : nullptr, nullptr);
+}
+
+Envelope::Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device& device,
+                   const fingerprint::Identity& identity, const PayloadWriter& write)
+    : identity_(identity), device_(device), backend_(std::move(backend)) {
+  FSDP_CHECK(device.is_cpu() && identity.payloadBytes >= 0, ErrorKind::kInternal,
+             "fsdp: an envelope carries host payloads only");
+  issue(nullptr, &write);
+}
+
+void Envelope::issue(const at::Tensor* inlinePayload, const PayloadWriter* write) {
   rank_ = backend_->rank();
   world_ = backend_->size();
   sequence_ = nextCollectiveSequence();
-  inline_ = inlinePayload.defined();
-  FSDP_CHECK(!inline_ || (inlinePayload.device().is_cpu() && inlinePayload.is_contiguous() &&
-                          inlinePayload.nbytes() == static_cast<size_t>(identity.payloadBytes) &&
-                          identity.payloadBytes <= kEnvelopeInlineBytes),
-             ErrorKind::kInternal, "fsdp: an envelope's inline payload must be a contiguous CPU "
-             "buffer of at most ", kEnvelopeInlineBytes, " bytes");
-  const fingerprint::Header header = fingerprint::headerOf(
-      identity, sequence_, rank_, inline_ ? static_cast<uint64_t>(identity.payloadBytes) : 0);
-  at::Tensor mine = pooledEmptyCpu({kEnvelopeBytes}, at::kByte);
-  auto* bytes = static_cast<unsigned char*>(mine.data_ptr());
-  std::memset(bytes, 0, kEnvelopeBytes);
-  fingerprint::encode(header, bytes);
-  if (inline_ && identity.payloadBytes > 0) {
-    std::memcpy(bytes + fingerprint::kHeaderBytes, inlinePayload.data_ptr(),
-                static_cast<size_t>(identity.payloadBytes));
+  bytes_ = nextEnvelopeBytes();
+  const int64_t payload = identity_.payloadBytes;
+  const auto header = static_cast<int64_t>(fingerprint::kHeaderBytes);
+  uint64_t capacity = 0;
+  if (inlinePayload != nullptr) {
+    inline_ = true;  // at most kEnvelopeInlineBytes: fits every envelope
+    capacity = static_cast<uint64_t>(payload);
+  } else if (write != nullptr) {
+    capacity = fingerprint::EnvelopeSizer::capacityFor(payload);
+    inline_ = header + payload <= bytes_;
   }
+  const fingerprint::Header h = fingerprint::headerOf(
+      identity_, sequence_, rank_, inline_ ? static_cast<uint64_t>(payload) : 0, capacity);
+  at::Tensor mine = pooledEmptyCpu({bytes_}, at::kByte);
+  auto* out = static_cast<unsigned char*>(mine.data_ptr());
+  fingerprint::encode(h, out);
+  int64_t used = header;
+  if (inline_ && payload > 0) {
+    if (write != nullptr) {
+      (*write)(out + header);
+    } else {
+      std::memcpy(out + header, inlinePayload->data_ptr(), static_cast<size_t>(payload));
+    }
+    used += payload;
+  }
+  std::memset(out + used, 0, static_cast<size_t>(bytes_ - used));
   if (device_.is_cpu()) {
     send_ = mine;
-    recv_ = pooledEmptyCpu({world_ * kEnvelopeBytes}, at::kByte);
+    recv_ = pooledEmptyCpu({world_ * bytes_}, at::kByte);
   } else {
     send_ = mine.to(device_);
-    recv_ = at::empty({world_ * kEnvelopeBytes}, send_.options());
+    recv_ = at::empty({world_ * bytes_}, send_.options());
   }
   pending_ = backend_->allGatherBytesAsync(send_, recv_);
 }
@@ -78,16 +143,26 @@ Envelope::~Envelope() = default;
 void Envelope::finish(void* inlineOut) {
   if (pending_) {
     auto p = std::move(pending_);
-    p->wait();
+    try {
+      p->wait();
+    } catch (...) {
+      noteEnvelope(nullptr);
+      throw;
+    }
   }
   const at::Tensor all = recv_.is_cpu() ? recv_ : recv_.cpu();
-  checkHeaders(decodeAll(all, world_), rank_, identity_, sequence_);
+  const std::vector<fingerprint::Header> headers = decodeAll(all, world_, bytes_);
+  if (fingerprint::firstDivergentRank(headers) >= 0) {
+    noteEnvelope(nullptr);  // every rank sees the same headers: every rank starts again
+    raiseDivergence(headers, rank_, identity_, sequence_);
+  }
+  noteEnvelope(&headers[static_cast<size_t>(rank_)]);
   if (inline_ && inlineOut != nullptr && identity_.payloadBytes > 0) {
     const auto* base = static_cast<const unsigned char*>(all.data_ptr());
     auto* out = static_cast<unsigned char*>(inlineOut);
     for (int r = 0; r < world_; ++r) {
       std::memcpy(out + r * identity_.payloadBytes,
-                  base + r * kEnvelopeBytes + fingerprint::kHeaderBytes,
+                  base + r * bytes_ + fingerprint::kHeaderBytes,
                   static_cast<size_t>(identity_.payloadBytes));
     }
   }

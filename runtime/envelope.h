@@ -1,10 +1,13 @@
-// Internal: the envelope, the fixed-size collective that goes ahead of every collective the
-// runtime issues at world size > 1 and carries its fingerprint (fingerprint.h). docs/runtime.md,
-// "Collective fingerprints".
+// Internal: the envelope, the collective of an agreed size that goes ahead of every collective
+// the runtime issues at world size > 1 and carries its fingerprint (fingerprint.h).
+// docs/runtime.md, "Collective fingerprints".
 //
-//   - Every rank sends kEnvelopeBytes: a 64-byte header (sequence number, kind, unit hash, payload
-//     bytes, layout hash) and, when the payload fits in the rest (kEnvelopeInlineBytes), the
-//     payload itself: such a collective (fsdp::rank_any, a tiny unit) is then one collective.
+//   - Every rank sends the same number of bytes, chosen without asking anyone (EnvelopeSizer:
+//     at least kEnvelopeBytes, more when the collectives every rank agreed on so far say a larger
+//     payload comes next): a 64-byte header (sequence number, kind, unit hash, payload bytes,
+//     layout hash, inline capacity) and, when the payload fits in the rest, the payload itself:
+//     such a collective (fsdp::rank_any, a tiny unit, a gather that came round before) is then
+//     one collective.
 //   - After it, every rank has every rank's header and compares them with its own. All equal: the
 //     payload's own collective (of payloadBytes, now known to be the same on every rank) may be
 //     issued. Different: no payload moves; every rank raises one kDivergence error naming rank 0's
@@ -21,6 +24,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -35,18 +39,32 @@ namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 
-constexpr int64_t kEnvelopeBytes = 512;
+/// The smallest envelope, and the payload it always has room for.
+constexpr int64_t kEnvelopeBytes = fingerprint::EnvelopeSizer::kMinBytes;
 constexpr int64_t kEnvelopeInlineBytes = kEnvelopeBytes - static_cast<int64_t>(fingerprint::kHeaderBytes);
 
-/// One envelope: start() issues it, finish() waits for it and checks the fingerprints.
+/// One envelope: the constructor issues it, finish() waits for it and checks the fingerprints.
+/// Its size is the same on every rank: fingerprint::EnvelopeSizer's, fed by every envelope's
+/// finish() (at least kEnvelopeBytes; larger when the collectives that came before say a larger
+/// payload comes next, so that it can ride inside).
 class Envelope {
  public:
+  /// Writes a collective's payload (identity.payloadBytes bytes) at its argument.
+  using PayloadWriter = std::function<void(void* dst)>;
+
   /// Issues the envelope of the next collective (it takes the next sequence number) on
   /// `backend` for a payload on `device`. `inlinePayload`: the payload's bytes (a contiguous CPU
-  /// uint8 tensor of identity.payloadBytes) when they fit in the envelope, else undefined (the
-  /// caller then sends them with a collective of its own after finish()).
+  /// uint8 tensor of identity.payloadBytes, at most kEnvelopeInlineBytes), which always fit,
+  /// else undefined (the caller then sends the payload with a collective of its own after
+  /// finish()).
   Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device& device,
            const fingerprint::Identity& identity, const at::Tensor& inlinePayload);
+  /// The same for a host payload of any size that the envelope carries whenever it fits
+  /// (carriesPayload()): `write` then packs it straight into the envelope, with no copy of its
+  /// own. When it does not fit, `write` is not called and the caller sends the payload after
+  /// finish(), as above.
+  Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device& device,
+           const fingerprint::Identity& identity, const PayloadWriter& write);
   ~Envelope();
   Envelope(const Envelope&) = delete;
   Envelope& operator=(const Envelope&) = delete;
@@ -58,13 +76,25 @@ class Envelope {
   void finish(void* inlineOut = nullptr);
 
   uint64_t sequence() const { return sequence_; }
+  /// Whether the payload travels inside this envelope.
+  bool carriesPayload() const { return inline_; }
+  /// Bytes each rank sends: rank r's envelope is at r * bytes() of received().
+  int64_t bytes() const { return bytes_; }
+  /// Every rank's envelope, in rank order (CPU envelopes only); with carriesPayload(), rank r's
+  /// payload starts at r * bytes() + fingerprint::kHeaderBytes. Its bytes are valid once
+  /// finish() returned without raising; holding the tensor keeps them after the envelope is
+  /// gone.
+  const at::Tensor& received() const { return recv_; }
 
  private:
+  void issue(const at::Tensor* inlinePayload, const PayloadWriter* write);
+
   fingerprint::Identity identity_;
   uint64_t sequence_ = 0;
   int rank_ = 0;
   int world_ = 1;
   bool inline_ = false;
+  int64_t bytes_ = kEnvelopeBytes;
   c10::Device device_;
   at::Tensor send_;
   at::Tensor recv_;

@@ -1,5 +1,6 @@
 #include "fingerprint.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstring>
 #include <sstream>
@@ -59,7 +60,8 @@ LayoutHash& LayoutHash::add(const std::string& text) {
   return *this;
 }
 
-Header headerOf(const Identity& identity, uint64_t sequence, int rank, uint64_t inlineBytes) {
+Header headerOf(const Identity& identity, uint64_t sequence, int rank, uint64_t inlineBytes,
+                uint64_t inlineCapacity) {
   Header h;
   h.kind = static_cast<uint16_t>(identity.kind);
   h.rank = static_cast<uint32_t>(rank);
@@ -69,6 +71,7 @@ Header headerOf(const Identity& identity, uint64_t sequence, int rank, uint64_t 
   h.unitHash = fnv1a(identity.unit.data(), identity.unit.size());
   h.layoutHash = identity.layoutHash;
   h.inlineBytes = inlineBytes;
+  h.inlineCapacity = inlineCapacity;
   return h;
 }
 
@@ -85,7 +88,7 @@ void encode(const Header& h, void* out) {
   put(o, 32, h.unitHash);
   put(o, 40, h.layoutHash);
   put(o, 48, h.inlineBytes);
-  put(o, 56, h.reserved);
+  put(o, 56, h.inlineCapacity);
 }
 
 Header decode(const void* in) {
@@ -101,7 +104,7 @@ Header decode(const void* in) {
   h.unitHash = get<uint64_t>(i, 32);
   h.layoutHash = get<uint64_t>(i, 40);
   h.inlineBytes = get<uint64_t>(i, 48);
-  h.reserved = get<uint64_t>(i, 56);
+  h.inlineCapacity = get<uint64_t>(i, 56);
   return h;
 }
 
@@ -110,7 +113,7 @@ bool sameCollective(const Header& a, const Header& b) {
          a.numTensors == b.numTensors && a.sequence == b.sequence &&
          a.payloadBytes == b.payloadBytes && a.unitHash == b.unitHash &&
          a.layoutHash == b.layoutHash && a.inlineBytes == b.inlineBytes &&
-         a.reserved == b.reserved;
+         a.inlineCapacity == b.inlineCapacity;
 }
 
 int firstDivergentRank(const std::vector<Header>& headers) {
@@ -118,6 +121,45 @@ int firstDivergentRank(const std::vector<Header>& headers) {
     if (!sameCollective(headers[0], headers[r])) return static_cast<int>(r);
   }
   return -1;
+}
+
+int64_t EnvelopeSizer::nextEnvelopeBytes() const {
+  uint64_t capacity = 0;
+  if (hasPrevious_) {
+    auto it = after_.find(previous_);
+    if (it != after_.end()) capacity = std::max(it->second.last, it->second.before);
+  }
+  const uint64_t bytes = (kHeaderBytes + capacity + 15) / 16 * 16;
+  return std::min<int64_t>(kMaxBytes, std::max<int64_t>(kMinBytes, static_cast<int64_t>(bytes)));
+}
+
+uint64_t EnvelopeSizer::capacityFor(int64_t payloadBytes) {
+  return payloadBytes > 0 && payloadBytes <= kMaxBytes - static_cast<int64_t>(kHeaderBytes)
+             ? static_cast<uint64_t>(payloadBytes)
+             : 0;
+}
+
+uint64_t EnvelopeSizer::keyOf(const Header& h) {
+  // What the collective is, not its number, sender or how it travelled this time.
+  const uint64_t fields[] = {h.kind, h.numTensors, h.payloadBytes, h.unitHash, h.layoutHash,
+                             h.inlineCapacity};
+  return fnv1a(fields, sizeof(fields));
+}
+
+void EnvelopeSizer::agreed(const Header& h) {
+  if (hasPrevious_) {
+    Seen& seen = after_[previous_];
+    seen.before = seen.last;
+    seen.last = h.inlineCapacity;
+  }
+  previous_ = keyOf(h);
+  hasPrevious_ = true;
+}
+
+void EnvelopeSizer::reset() {
+  hasPrevious_ = false;
+  previous_ = 0;
+  after_.clear();
 }
 
 std::string formatBytes(int64_t bytes) {

@@ -7,9 +7,9 @@
 // between ranks never gets there. Gloo aborts the process whose receive buffer is the smaller one
 // (`enforce fail at gloo/transport/tcp/pair.cc: op.preamble.length <= op.nbytes`, std::terminate
 // on its I/O thread) and lets the other return "successfully" with a partial, mixed buffer;
-// NCCL's behaviour is undefined. So every collective is preceded by a fixed-size envelope that
-// carries this header (and the payload itself when it is small enough to fit, so small
-// collectives such as fsdp::rank_any stay one collective); only when every rank's header equals
+// NCCL's behaviour is undefined. So every collective is preceded by an envelope of a size every
+// rank knows (EnvelopeSizer) that carries this header (and the payload itself when it fits, so
+// small collectives such as fsdp::rank_any stay one collective); only when every rank's header equals
 // this rank's is the payload's own collective issued. docs/runtime.md, "Collective fingerprints".
 //
 // Torch-free: the format, its comparison and the messages are unit-tested on their own
@@ -19,6 +19,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <unordered_map>
 #include <vector>
 
 namespace fsdp_opt {
@@ -67,13 +68,13 @@ uint64_t fnv1a(const void* bytes, size_t size);
 
 constexpr size_t kHeaderBytes = 64;
 constexpr uint32_t kMagic = 0x50465346u;  // "FSFP" in little-endian bytes
-constexpr uint16_t kVersion = 1;
+constexpr uint16_t kVersion = 2;
 
 /// The header as sent: fields at fixed offsets in the host's byte order (little-endian wherever
 /// torch runs; the ranks of a job share one byte order, as Gloo and NCCL assume too).
 ///   0 magic u32 | 4 version u16 | 6 kind u16 | 8 rank u32 | 12 tensors u32 | 16 sequence u64 |
 ///   24 payload bytes u64 | 32 unit hash u64 | 40 layout hash u64 | 48 inline bytes u64 |
-///   56 reserved u64 (zero)
+///   56 inline capacity u64
 struct Header {
   uint32_t magic = kMagic;
   uint16_t version = kVersion;
@@ -85,11 +86,14 @@ struct Header {
   uint64_t unitHash = 0;
   uint64_t layoutHash = 0;
   uint64_t inlineBytes = 0;    // payload bytes the envelope itself carries (0 or payloadBytes)
-  uint64_t reserved = 0;
+  // Payload bytes this collective could carry in an envelope large enough (payloadBytes for a
+  // host payload of at most EnvelopeSizer's maximum, else 0): what EnvelopeSizer learns.
+  uint64_t inlineCapacity = 0;
 };
 
 /// The header this rank sends for collective number `sequence` of `identity`.
-Header headerOf(const Identity& identity, uint64_t sequence, int rank, uint64_t inlineBytes);
+Header headerOf(const Identity& identity, uint64_t sequence, int rank, uint64_t inlineBytes,
+                uint64_t inlineCapacity = 0);
 
 void encode(const Header& header, void* out);  // writes kHeaderBytes bytes
 Header decode(const void* in);
@@ -100,6 +104,42 @@ bool sameCollective(const Header& a, const Header& b);
 /// The lowest rank whose header announces another collective than rank 0's; -1 when all agree.
 /// Every rank computes it from the same headers, so every rank names the same two sides.
 int firstDivergentRank(const std::vector<Header>& headers);
+
+/// How big the next envelope is (docs/runtime.md, "Envelopes sized by what came before"). An
+/// envelope's size must be the same on every rank without being exchanged (Gloo aborts on
+/// different sizes), and a payload that fits in its envelope needs no collective of its own. So
+/// the size follows the collectives every rank agreed on so far, which every rank has seen
+/// alike: after collective X, the envelope is sized for the inline capacity of what followed X
+/// the last two times (the larger), at least kMinBytes. A program that repeats its collectives
+/// (a decoding loop, one forward after another) then sends each payload inside its envelope:
+/// one collective instead of two, with the fingerprint checked before any of it is unpacked.
+/// Every rank must feed it every agreed header in issue order and reset() it on a mismatch.
+class EnvelopeSizer {
+ public:
+  static constexpr int64_t kMinBytes = 512;
+  /// No envelope grows past this: a larger payload goes in its own collective(s), which the
+  /// Gloo backend splits over its threads.
+  static constexpr int64_t kMaxBytes = int64_t(1) << 20;
+
+  /// Bytes of the next envelope: a multiple of 16 in [kMinBytes, kMaxBytes].
+  int64_t nextEnvelopeBytes() const;
+  /// What a payload of `payloadBytes` announces as its capacity when it can ride inline.
+  static uint64_t capacityFor(int64_t payloadBytes);
+  /// Every rank's header of the last envelope matched; `agreed` is one of them.
+  void agreed(const Header& agreed);
+  /// A mismatch, a failed envelope or a new group: start again from kMinBytes.
+  void reset();
+
+ private:
+  struct Seen {
+    uint64_t last = 0;
+    uint64_t before = 0;
+  };
+  static uint64_t keyOf(const Header& h);
+  bool hasPrevious_ = false;
+  uint64_t previous_ = 0;
+  std::unordered_map<uint64_t, Seen> after_;  // collective key -> capacities of what followed it
+};
 
 /// "69 KiB", "1.5 MiB", "12 bytes".
 std::string formatBytes(int64_t bytes);

@@ -249,6 +249,16 @@ void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, v
 }
 
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls) {
+  unpackCpu(layout, gathered, fulls, layout.packedBytes());
+}
+
+void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls,
+               int64_t chunkStride) {
+  if (chunkStride < layout.packedBytes()) {
+    throw std::invalid_argument("fsdp layout: unpackCpu chunks " + std::to_string(chunkStride) +
+                                " bytes apart cannot hold " + std::to_string(layout.packedBytes()) +
+                                " packed bytes each");
+  }
   if (fulls.size() != layout.numParams()) {
     throw std::invalid_argument("fsdp layout: unpackCpu got " + std::to_string(fulls.size()) +
                                 " outputs for " + std::to_string(layout.numParams()) +
@@ -258,7 +268,8 @@ void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector
   for (size_t i = 0; i < layout.numParams(); ++i) {
     auto* out = static_cast<char*>(fulls[i]);
     for (const Segment& s : layout.unpackSegments(i)) {
-      std::memcpy(out + s.dstOffset, in + s.srcOffset, static_cast<size_t>(s.bytes));
+      const int64_t src = s.srcOffset + s.rank * (chunkStride - layout.packedBytes());
+      std::memcpy(out + s.dstOffset, in + src, static_cast<size_t>(s.bytes));
     }
   }
 }

@@ -155,6 +155,10 @@ void allGatherParamMajorCpu(const ParamMajorLayout& layout,
 void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, void* packed);
 /// unpack: fills fulls[i] (fullBytes(i) bytes) from the gathered buffer.
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls);
+/// The same from W packed chunks `chunkStride` >= packedBytes() bytes apart (rank r's at
+/// gathered + r * chunkStride): packed payloads that travelled inside larger envelopes.
+void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls,
+               int64_t chunkStride);
 
 }  // namespace layout
 }  // namespace fsdp_opt

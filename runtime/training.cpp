@@ -51,6 +51,7 @@
 #include "process_group.h"
 #include "shard_layout.h"
 #include "unshard_state.h"
+#include "unsharded_scope_state.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -476,6 +477,9 @@ void prefetchBeforeLocked(const UnitCall& call) {
 // Backward reached one of the call's outputs: gather the unit for its backward (or take the
 // gather started ahead), then start the next one's.
 void beforeBackward(UnitCall& call) {
+  // Inside an unshard scope the parameters stay full-shaped after their gradient arrives, while
+  // .grad and the optimizer take the shard's shape: refused on every rank, before any collective.
+  checkNoScopeForBackward("backward of unit '" + call.unit + "'");
   if (call.castTo) {
     // Forward computed (and autograd saved) in the cast dtype; a backward on parameters of
     // another dtype would mix them. Mixed-precision training (FSDP2's reduce_dtype) is not here.
@@ -637,6 +641,7 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
       if (!state().replicated.insert(p.unsafeGetTensorImpl()).second) continue;
     }
     p.register_hook([](const at::Tensor& grad) {
+      checkNoScopeForBackward("backward of a replicated parameter");
       // Every rank needs the whole sum: an all-gather of the (small) gradient, then the
       // additions in rank order, as for unit gradients.
       const GroupInfo group = ensureGroup();

@@ -36,6 +36,7 @@
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
+#include "unsharded_scope_state.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -452,12 +453,74 @@ void unmarkInFlight(Registry& reg, const InFlight& f) {
   }
 }
 
+// What releaseAll does: drops started gathers and reshards every gathered parameter, except
+// what open unshard scopes hold, which keeps exactly their gathers as its counts.
+void releaseToScopeHoldsLocked(Registry& reg) {
+  // Started gathers first: wait for them (their buffers may still be written) and drop them.
+  for (auto& entry : reg.handles) {
+    if (!entry.second.inflight) continue;
+    unmarkInFlight(reg, *entry.second.inflight);
+    drop(reg, *entry.second.inflight);
+    reg.stats.in_flight -= 1;
+  }
+  reg.handles.clear();
+  reg.inFlightByImpl.clear();
+  reg.inFlightByShard.clear();
+  // What open unshard scopes hold stays gathered, with their gathers as its only counts: the
+  // state before the entry call that raised (unsharded_scope.cpp).
+  const auto holds = scopeHolds();
+  std::vector<std::shared_ptr<Group>> groups;
+  std::unordered_set<const Group*> seen;
+  for (const auto& entry : reg.byImpl) {
+    if (!seen.insert(entry.second.get()).second) continue;
+    int64_t held = 0;
+    for (const at::Tensor& p : entry.second->params) {
+      auto h = holds.find(p.unsafeGetTensorImpl());
+      if (h != holds.end()) held = std::max(held, h->second);
+    }
+    if (held > 0) {
+      entry.second->refcount = held;
+    } else {
+      groups.push_back(entry.second);
+    }
+  }
+  releaseGroups(reg, groups);
+  if (holds.empty()) {
+    reg.byImpl.clear();
+    reg.byShard.clear();
+  }
+  emptyHostBufferPool();
+}
+
+// Inside an unshard scope (unsharded_scope.cpp), the rank file's --max-unsharded-bytes still
+// bounds what is unsharded at once: the units the scope holds plus what entry methods gather on
+// top. A gather that would go over it raises on every rank alike (the same program, the same
+// bytes) before its collective, and leaves what the scope holds as it was, since the entry call
+// it is part of is abandoned.
+void checkScopeBudgetLocked(Registry& reg, const Classified& c, const std::string& ctx) {
+  if (c.fresh.empty()) return;
+  const int64_t budget = scopeBudget();
+  if (budget < 0) return;
+  int64_t fresh = 0;
+  for (const auto& g : c.fresh) fresh += g->fullBytes;
+  const int64_t held = reg.stats.unsharded_bytes + reg.stats.unsharded_grad_bytes;
+  if (held + fresh <= budget) return;
+  releaseToScopeHoldsLocked(reg);
+  raise(ErrorKind::kBadInput,
+        c10::str(ctx, ": inside an unshard scope, gathering ", fresh, " bytes on top of the ", held,
+                 " bytes unsharded already would hold ", held + fresh,
+                 " bytes at once, over the rank file's --max-unsharded-bytes=", budget,
+                 "; open the scope over fewer units (or over all of them, which entry methods then never gather "
+                 "on top), or rewrite the model with a larger --max-unsharded-bytes"));
+}
+
 // classify + issue + commit + count: the synchronous gather.
 void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
                   const std::vector<int64_t>& fullRows, const std::string& unit,
                   std::optional<at::ScalarType> paramDtype, const std::string& ctx) {
   const GroupInfo group = ensureGroup();
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
+  checkScopeBudgetLocked(reg, c, ctx);
   // Before anything changes, so a failure here leaves every count as it was: the caller may be
   // on another stream than the gather that unsharded these groups.
   for (const auto& g : c.known) {
@@ -499,6 +562,7 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
   // Gathered parameters are only checked here; their counts rise at the wait, which classifies
   // again (a unit resharded in between is gathered again there).
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
+  checkScopeBudgetLocked(reg, c, ctx);
   Handle h;
   h.params = params;
   h.fullRows = fullRows;
@@ -583,25 +647,17 @@ void releaseAll() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   detail::Registry& reg = detail::registry();
   reg.stats.release_all_calls += 1;
-  // Started gathers first: wait for them (their buffers may still be written) and drop them.
-  for (auto& entry : reg.handles) {
-    if (!entry.second.inflight) continue;
-    detail::unmarkInFlight(reg, *entry.second.inflight);
-    detail::drop(reg, *entry.second.inflight);
-    reg.stats.in_flight -= 1;
-  }
-  reg.handles.clear();
-  reg.inFlightByImpl.clear();
-  reg.inFlightByShard.clear();
-  std::vector<std::shared_ptr<detail::Group>> groups;
-  std::unordered_set<const detail::Group*> seen;
-  for (const auto& entry : reg.byImpl) {
-    if (seen.insert(entry.second.get()).second) groups.push_back(entry.second);
-  }
-  detail::releaseGroups(reg, groups);
-  reg.byImpl.clear();
-  reg.byShard.clear();
-  detail::emptyHostBufferPool();
+  detail::releaseToScopeHoldsLocked(reg);
+}
+
+int64_t detail::bytesToGather(const std::vector<at::Tensor>& params, const std::vector<int64_t>& fullRows,
+                              std::optional<at::ScalarType> paramDtype) {
+  std::lock_guard<std::mutex> lock(detail::registryMutex());
+  const detail::Classified c = detail::classify(detail::registry(), params, fullRows, paramDtype,
+                                                "unshard scope", "unshard scope", detail::ensureGroup());
+  int64_t bytes = 0;
+  for (const auto& g : c.fresh) bytes += g->fullBytes;
+  return bytes;
 }
 
 void detail::countAgreement() {

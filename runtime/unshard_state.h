@@ -30,6 +30,10 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
 /// allGather(...) had been called with the start's arguments.
 std::vector<at::Tensor> allGatherWait(int64_t handle);
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
+/// The full bytes (in the gathered dtype) a gather of `params` would unshard now: those not
+/// gathered yet, each once. Validates like a gather, moves nothing (unsharded_scope.cpp).
+int64_t bytesToGather(const std::vector<at::Tensor>& params, const std::vector<int64_t>& fullRows,
+                      std::optional<at::ScalarType> paramDtype);
 /// Counts one fsdp::rank_any in the stats (agreement.cpp does the exchange).
 void countAgreement();
 /// Training (training.cpp): full gradients alive (+bytes when one arrives, -bytes once reduced),

@@ -14,7 +14,11 @@
 # (reshard_after_forward True and False) and FSDP1 on the same batches: every configuration's
 # gathered parameters match FSDP2's (reshard=True), ours issue 5 + 5 all-gathers and one gradient
 # all-to-all per unit (5), and the budgeted one keeps at most root + 1 block unsharded;
-# decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
+# entry_cost.py times three entry calls of the GPT (root and every Block a unit) against a raw
+# torch.distributed all-gather of their bytes plus the unsharded call, with their collectives:
+# generate(ids, 0) gathers the root once and agrees once (its decoding loop is rank-uniform),
+# forward gathers the 5 units, generate(ids, 2) gathers 1 + 4 x 2 times and agrees 1 + 2 times,
+# each output bitwise the unsharded call's; decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
 # tokens, a traced 2-layer GPT-2 (f)) unsharded, under fsdp-opt with no budget and with root + one
 # layer, and under FSDP2 reshard True and False (Hugging Face's generate for (f)): every row's
 # tokens equal its loop's unsharded run on both ranks, fsdp-opt gathers once per call without a
@@ -27,6 +31,7 @@
 # RUN: %python %S/../bench/pass_scaling.py --quick --work %t.pass | FileCheck %s --check-prefix=PASS
 # RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
 # RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
+# RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
 # RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
 #
 # GEN: model: GPT n_layer=4
@@ -58,7 +63,7 @@
 # DIV-NEXT: |---
 # DIV-NEXT: | (a) original, unsharded, 1 process per rank {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0/0 | -/- | -/- | - | yes |
 # DIV-NEXT: | ours: fsdp-opt, budget = root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 17/17 | 5/5 | -/- |{{[^|]*}}| yes |
-# DIV-NEXT: | ours: fsdp-opt, no budget (hoisted) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 2/2 | 0/0 | -/- |{{[^|]*}}| yes |
+# DIV-NEXT: | ours: fsdp-opt, no budget (held for the call) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1/1 | 0/0 | -/- |{{[^|]*}}| yes |
 # DIV-NEXT: | FSDP2 synced, reshard_after_forward=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 17/17 | -/- | 5/5 |{{[^|]*}}| yes |
 # DIV-NEXT: | FSDP2 synced, reshard_after_forward=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5/5 | -/- | 5/5 |{{[^|]*}}| yes |
 # DIV: bitwise: every configuration's tokens equal (a)'s on every rank
@@ -67,11 +72,13 @@
 #
 # Columns after the label: ms/step, / FSDP2 (T), CPU ms, fwd / bwd / opt, then peak unsharded
 # params and grads, all-gathers, grad reductions, collectives per step, max |diff| vs FSDP2 (T).
+# Without a budget forward gathers once (the planner holds every unit for the call), backward
+# once per unit: 1 + 5.
 # TRAIN: model: GPT n_layer=4 n_embd=32 {{.*}} 52 tensors (root unit 10.62 KiB, one block 49.62 KiB)
 # TRAIN: | configuration
 # TRAIN-NEXT: |---
 # TRAIN-NEXT: | (limit) original, unsharded, no communication {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| - {{ *}}| - {{ *}}| 0 {{ *}}| 0 {{ *}}| 0 {{ *}}| - {{ *}}|
-# TRAIN-NEXT: | ours: fsdp-opt default pipeline, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| 10 {{ *}}| 5 {{ *}}| 15 {{ *}}| {{[0-9.e+-]+}} {{ *}}|
+# TRAIN-NEXT: | ours: fsdp-opt default pipeline, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| 6 {{ *}}| 5 {{ *}}| 11 {{ *}}| {{[0-9.e+-]+}} {{ *}}|
 # TRAIN-NEXT: | ours: fsdp-opt, budget = root + 1 block {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 60.25 KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| 10 {{ *}}| 5 {{ *}}| 15 {{ *}}| {{[0-9.e+-]+}} {{ *}}|
 # TRAIN-NEXT: | FSDP2, reshard_after_forward=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| 0 {{ *}}|
 # TRAIN-NEXT: | FSDP2, reshard_after_forward=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 209.12 KiB {{ *}}| {{[0-9.]+}} KiB {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9]+}} {{ *}}| {{[0-9.e+-]+}} {{ *}}|
@@ -81,6 +88,15 @@
 # TRAIN-NEXT: ours with and without budget: parameters bitwise equal
 # TRAIN-NEXT: collectives alone (torch.distributed gloo, {{.*}}): 52 all-to-alls, one per parameter: {{.*}}; 5 all-to-alls, one per unit: {{.*}}; 5 reduce-scatters, one per unit: {{.*}}; 5 all-gathers, one per unit:
 #
+# Columns after the label: unsharded, raw all-gather, their sum, fsdp-opt (ms), ratio, then the
+# collectives, bytes and the bitwise check.
+# ENTRY: model: GPT n_layer=4 n_embd=32 {{.*}} in 5 units
+# ENTRY: | entry call
+# ENTRY-NEXT: |---
+# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 1 {{ *}}| 10.62 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 + 3 {{ *}}| {{[0-9.]+}} KiB {{ *}}| yes {{ *}}|
+# ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / FSDP2 T, CPU ms, then all-gathers,
 # other collectives, bytes gathered, peak unsharded, tokens equal.
 # DECODE: model kv: KVDecoder n_layer=2 d=32 {{.*}} least budget 51200 bytes (root + one layer = 51200)

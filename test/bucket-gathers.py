@@ -1,17 +1,21 @@
-# bucket-gathers: after hoisting, generate's root gather and the two layer gathers are adjacent
-# and so are their reshards: they merge into ONE collective under the default 25 MiB bucket;
-# --bucket-bytes below the sum keeps them apart; forward's gathers (not adjacent) never merge.
+# bucket-gathers: the planner holds the root and the two layers for the whole call of forward and
+# of generate, so their gathers are adjacent and so are their reshards: they merge into ONE
+# collective under the default 25 MiB bucket; --bucket-bytes below the sum keeps them apart.
 #
 # RUN: %python -m fsdp_models gpt --arg n_layer=2 -o %t.pt
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --fsdp-unit='blocks.*' --forward-method=.:generate --print-ir --stats --remarks 2>%t.remarks | FileCheck %s
 # RUN: FileCheck %s --check-prefix=REMARK < %t.remarks
-# REMARK: remark: [bucket-gathers] merged two adjacent gathers into one collective of 61696 bytes in __torch__.GPT::generate
+# REMARK: remark: [bucket-gathers] merged two adjacent gathers into one collective of 101632 bytes in __torch__.GPT::forward
+# REMARK: remark: [bucket-gathers] merged two adjacent gathers into one collective of 112512 bytes in __torch__.GPT::forward
+# REMARK: remark: [bucket-gathers] merged two adjacent gathers into one collective of 101632 bytes in __torch__.GPT::generate
 # REMARK: remark: [bucket-gathers] merged two adjacent gathers into one collective of 112512 bytes in __torch__.GPT::generate
 #
-# forward's gathers are not adjacent: they stay apart (the third is prefetched as start/wait).
 # CHECK-LABEL: // . : __torch__.GPT :: forward
-# CHECK-COUNT-2: fsdp::all_gather(
-# CHECK:       fsdp::all_gather_start(
+# CHECK:       aten::join(
+# CHECK:       %[[FNAMES:.*]] : str = aten::join(
+# CHECK-NEXT:  %[[F:.*]] : Tensor[] = fsdp::all_gather(%{{.*}}, %{{.*}}, %[[FNAMES]])
+# CHECK-NOT:   fsdp::all_gather
+# CHECK:       fsdp::reshard(%[[F]],
 # CHECK-LABEL: // . : __torch__.GPT :: generate
 # CHECK:       aten::join(
 # CHECK:       %[[NAMES:.*]] : str = aten::join(
@@ -20,7 +24,8 @@
 # CHECK:       prim::Loop(
 # CHECK:       fsdp::reshard(%[[ALL]],
 # CHECK-NOT:   fsdp::reshard(
-# CHECK:       gathers merged into buckets: 2
+# CHECK:       gathers merged into buckets: 4
+# CHECK:       gathers per call of forward: 1
 # CHECK:       gathers per call of generate: 1
 #
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --fsdp-unit='blocks.*' --forward-method=.:generate --bucket-bytes=60000 --stats | FileCheck %s --check-prefix=SMALL

@@ -9,7 +9,7 @@
 # RUN: %python %s %t/in.pt
 # RUN: fsdp-opt %t/in.pt --fsdp-unit=. --fsdp-unit=step -o %t/out.pt
 # RUN: %python %s --check %t/out.pt | FileCheck %s --match-full-lines
-# CHECK:      forward: gathers 2, check_rank True, release_all True, reshards 2
+# CHECK:      forward: gathers 1, check_rank True, release_all True, reshards 1
 # CHECK-NEXT: forward: all kept by dce True, by cse True, by constant propagation + dce True
 # CHECK-NEXT: repeat: gathers 2, check_rank False, release_all False, reshards 2
 # CHECK-NEXT: repeat: all kept by dce True, by cse True, by constant propagation + dce True

@@ -24,11 +24,12 @@
 # LINEAR-NEXT: remark: [find-units] unit 'blocks.2.fc' (__torch__.torch.nn.modules.linear.Linear), forward methods: forward
 # LINEAR-NEXT: remark: [find-units] unit 'head' (__torch__.torch.nn.modules.linear.___torch_mangle_{{[0-9]+}}.Linear), forward methods: forward
 #
-# Combined with a path pattern (the root), repeated, and with the rewrite: one gather per block call.
+# Combined with a path pattern (the root), repeated, and with the rewrite: the 5 units, held for
+# the call by the planner and bucketed, cost one collective per call.
 # RUN: fsdp-opt %t.pt --fsdp-unit-type=Block --fsdp-unit-type=Norm --fsdp-unit=. --world-size=2 --stats --remarks 2>%t.err | FileCheck %s --check-prefix=STATS
 # RUN: FileCheck %s --check-prefix=COMBINED < %t.err
 # STATS: units: 5
-# STATS: gathers per call of forward: 5
+# STATS: gathers per call of forward: 1
 # COMBINED: --fsdp-unit-type=Norm chose 1 module(s): norm
 # COMBINED: unit '.' (__torch__.Net)
 # COMBINED: unit 'norm' (__torch__.Norm)

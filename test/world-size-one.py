@@ -3,7 +3,7 @@
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python -m fsdp_models two_blocks -o %t/in.pt
-# RUN: fsdp-opt %t/in.pt '--fsdp-unit=layers.*' -o %t/out.pt
+# RUN: fsdp-opt %t/in.pt '--fsdp-unit=layers.*' --bucket-bytes=0 -o %t/out.pt
 # RUN: %python -m lit_helpers tree %t | FileCheck %s --check-prefix=TREE --match-full-lines
 # TREE:      in.pt {{[0-9]+}} {{[0-9a-f]+}}
 # TREE-NEXT: out.pt {{[0-9]+}} {{[0-9a-f]+}}
@@ -14,7 +14,8 @@
 # CHECK: parameters whole and equal: True
 # CHECK: gathers in forward: 2
 #
-# Writing over an existing file of that name replaces it.
+# Writing over an existing file of that name replaces it (one unit: one gather, where the first
+# file's two layers, unbucketed, had two).
 # RUN: fsdp-opt %t/in.pt --fsdp-unit=. -o %t/out.pt
 # RUN: %python %s %t/in.pt %t/out.pt | FileCheck %s --check-prefix=AGAIN
 # AGAIN: gathers in forward: 1

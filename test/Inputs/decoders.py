@@ -16,11 +16,11 @@ given different prompts or eos ids stop at different steps. `loop_iterations(met
 says how many iterations of its loop a call ran, from the lengths of prompt and output.
 
 HFGenerate wraps a traced Hugging Face causal LM (its forward returns a dict with "logits") in
-a scripted `generate` written as (b), case (f); `traced_gpt2()` builds one from a small random
-config (torch 2.x leg only: transformers lives in its venv; nothing is downloaded).
+a scripted `generate` written as (b), case (f); `traced_hf("gpt2" | "llama")` builds one from a
+small random config (torch 2.x leg only: transformers lives in its venv; nothing is downloaded).
 
     python -m decoders kv -o kv.pt [--n-layer N] [--d D]
-    python -m decoders gpt2 -o hf.pt [--n-layer N]
+    python -m decoders gpt2|llama -o hf.pt [--n-layer N]
 """
 
 import argparse
@@ -37,7 +37,8 @@ warnings.filterwarnings("ignore", message=r"`torch\.jit\.\w+` is deprecated", ca
 KV_METHODS = ["generate_while", "generate_break", "generate_cached", "generate_helpers", "generate_branch"]
 # The flags a user would write: every Block a unit, the two heads and the root too.
 KV_UNIT_FLAGS = ["--fsdp-unit=.", "--fsdp-unit-type=Block", "--fsdp-unit=head_a", "--fsdp-unit=head_b"]
-HF_UNIT_FLAGS = ["--fsdp-unit=model", "--fsdp-unit-type=GPT2Block"]
+HF_UNIT_FLAGS = {"gpt2": ["--fsdp-unit=model", "--fsdp-unit-type=GPT2Block"],
+                 "llama": ["--fsdp-unit=model", "--fsdp-unit-type=LlamaDecoderLayer"]}
 
 
 class Attention(nn.Module):
@@ -207,20 +208,28 @@ class HFGenerate(nn.Module):
         return idx
 
 
-def gpt2(n_layer: int = 2, seed: int = 0):
-    """The eager GPT2LMHeadModel that traced_gpt2 traces: a small random config (use_cache=False:
-    a cache object cannot leave a trace; Hugging Face's generate can still ask for one)."""
+def hf_model(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
+    """The eager Hugging Face causal LM (GPT2LMHeadModel or LlamaForCausalLM) that traced_hf
+    traces: a small random config (use_cache=False: a cache object cannot leave a trace;
+    Hugging Face's generate can still ask for one)."""
     import transformers
     transformers.logging.set_verbosity_error()
-    config = transformers.GPT2Config(vocab_size=128, n_embd=64, n_layer=n_layer, n_head=4, n_positions=64,
-                                     use_cache=False, bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    common = dict(vocab_size=128, use_cache=False, bos_token_id=0, eos_token_id=1, pad_token_id=0)
+    if family == "gpt2":
+        config = transformers.GPT2Config(n_embd=64, n_layer=n_layer, n_head=4, n_positions=64, **common)
+        model_class = transformers.GPT2LMHeadModel
+    else:
+        config = transformers.LlamaConfig(hidden_size=64, intermediate_size=128, num_hidden_layers=n_layer,
+                                          num_attention_heads=4, num_key_value_heads=2, max_position_embeddings=64,
+                                          **common)
+        model_class = transformers.LlamaForCausalLM
     torch.manual_seed(seed)
-    return transformers.GPT2LMHeadModel(config).eval()
+    return model_class(config).eval()
 
 
-def traced_gpt2(n_layer: int = 2, seed: int = 0):
-    """gpt2(n_layer, seed) traced as Hugging Face users trace it (strict=False: it returns a dict)."""
-    model = gpt2(n_layer, seed)
+def traced_hf(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
+    """hf_model(family, n_layer, seed) traced as its users trace it (strict=False: it returns a dict)."""
+    model = hf_model(family, n_layer, seed)
     example = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         return torch.jit.trace(model, (example,), strict=False)
@@ -233,7 +242,7 @@ def kv_decoder(n_layer: int = 2, d: int = 32, seed: int = 0) -> KVDecoder:
 
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("model", choices=["kv", "gpt2"])
+    parser.add_argument("model", choices=["kv", "gpt2", "llama"])
     parser.add_argument("-o", "--output", required=True)
     parser.add_argument("--n-layer", type=int, default=2)
     parser.add_argument("--d", type=int, default=32)
@@ -241,7 +250,7 @@ def main(argv=None):
     if args.model == "kv":
         scripted = torch.jit.script(kv_decoder(args.n_layer, args.d))
     else:
-        scripted = torch.jit.script(HFGenerate(traced_gpt2(args.n_layer)))
+        scripted = torch.jit.script(HFGenerate(traced_hf(args.model, args.n_layer)))
     scripted.save(args.output)
 
 

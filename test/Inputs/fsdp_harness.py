@@ -225,6 +225,25 @@ def fsdp_run(target, method=None, inputs=None, check=None, repeat=None, stats=Fa
     return r
 
 
+def readme_shows_example(t, repo, relpath):
+    """Checks that README.md shows the example file `relpath` verbatim (as an indented block);
+    returns the README's text and the example's path."""
+    script = os.path.join(repo, relpath)
+    code = open(script).read()
+    readme = open(os.path.join(repo, "README.md")).read()
+    shown = "".join("    " + l if l.strip() else "\n" for l in code.splitlines(True))
+    t.check(shown in readme, "README shows %s verbatim" % relpath)
+    return readme, script
+
+
+def default_pipeline():
+    """The default pipeline, from libfsdp_passes itself (so a test follows it)."""
+    import torch
+    torch.ops.load_library(runtime_lib())
+    torch.ops.load_library(os.path.join(os.path.dirname(runtime_lib()), "libfsdp_passes.so"))
+    return list(torch.ops.fsdp_opt.default_pipeline())
+
+
 def held_units(remarks, method):
     """Units fsdp-opt --remarks says plan-gather-lifetimes holds for the whole call of the root
     method `method`, in module order; [] when it holds none."""

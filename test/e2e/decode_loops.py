@@ -12,8 +12,9 @@
 # (root + one layer), where the prediction has per-iteration gathers and is still met.
 # Loops (test/Inputs/decoders.py): (a) while + eos in the condition, (b) for + break,
 # (c) prefill + cached step with a List[Tensor] KV cache, (d) helpers called from the body,
-# (e) an if choosing between two head units; on the torch 2.x leg also (f), a traced Hugging
-# Face GPT-2 inside a scripted generate written as (b), with and without a budget.
+# (e) an if choosing between two head units; on the torch 2.x leg also (f), traced Hugging
+# Face GPT-2 and Llama decoders inside a scripted generate written as (b), with and without a
+# budget.
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
@@ -69,9 +70,10 @@ def main():
     torch.jit.script(dl.kv_decoder()).save(models["kv"][0])
     has_hf = torch.__version__ >= "2"
     if has_hf:
-        hf_pt = os.path.join(out_dir, "hf.pt")
-        torch.jit.script(dl.HFGenerate(dl.traced_gpt2())).save(hf_pt)
-        models["hf"] = (hf_pt, dl.HF_UNIT_FLAGS, ["generate"], 128)
+        for family in ("gpt2", "llama"):
+            hf_pt = os.path.join(out_dir, family + ".pt")
+            torch.jit.script(dl.HFGenerate(dl.traced_hf(family))).save(hf_pt)
+            models[family] = (hf_pt, dl.HF_UNIT_FLAGS[family], ["generate"], 128)
 
     cases = []
     expected = {}
@@ -141,7 +143,7 @@ def main():
                 % (c["name"], c["predicted"], what), "; ".join(counts))
     return t.finish("W=%d: %d decode loops x {no budget, root + one layer}, ranks stopping at different steps, "
                     "bitwise, gathers per call as --stats predicts (one without a budget)%s"
-                    % (WORLD, len(cases) // 2, "" if has_hf else "; traced GPT-2 on the torch 2.x leg only"))
+                    % (WORLD, len(cases) // 2, "" if has_hf else "; traced GPT-2 and Llama on the torch 2.x leg only"))
 
 
 if __name__ == "__main__":

@@ -3,14 +3,15 @@
 #
 # - stop: StopGPT.generate_until where rank 0's prompt stops after 1 token (its eos is the
 #   first token it generates) and rank 1's never stops early (max tokens).
-#     default pipeline: every gather is hoisted out of the decoding loop, so the loop needs no
+#     default pipeline: every unit is held for the call (no gather in the loop), so the loop needs no
 #       agreement: rank 0 leaves after one step and no collective is left for rank 1 to wait on;
 #     --max-unsharded-bytes = root + one block: the block gathers stay in the loop, which
 #       rank-uniform-control-flow rewrites; rank 0 joins rank 1's remaining steps' collectives
 #       (agreements counted in the runtime's stats) and still returns its own tokens.
 # - chooser: rank 0's input takes unit `a`, rank 1's unit `b` (same shapes: a runtime pairing
-#   collectives by size alone would mix their shards silently), merged into one gather of
-#   both, and split (--bucket-bytes=0): each arm joins the other's collectives.
+#   collectives by size alone would mix their shards silently): by default both are held for
+#   the call (plan-gather-lifetimes), no branch rewrite needed; without the planner, merged into
+#   one gather of both, and split (--bucket-bytes=0): each arm joins the other's collectives.
 # - orderer: a then b on rank 0, b then a on rank 1, split.
 # None may hang: every run has a deadline well below lit's.
 #
@@ -64,6 +65,9 @@ def main():
                   stop_in, "generate_until", "loop"))
 
     # -- branches -------------------------------------------------------------------------------
+    # The default pipeline's planner holds both units for the whole call: one gather, no branch
+    # left to rewrite. The branch rewrites run on the pipeline without it.
+    unplanned = "--passes=" + ",".join(p for p in h.default_pipeline() if p != "plan-gather-lifetimes")
     for name in ("chooser", "orderer"):
         pt = os.path.join(out_dir, name + ".pt")
         fm.save(dm.make(name), pt)
@@ -72,8 +76,9 @@ def main():
         torch.save([(x,), (-x,)], inputs)
         flags = ["--fsdp-unit=a", "--fsdp-unit=b"]
         if name == "chooser":
-            cases.append(("chooser, merged", pt, flags, inputs, "forward", "merged"))
-        cases.append(("%s, split" % name, pt, flags + ["--bucket-bytes=0"], inputs, "forward", "split"))
+            cases.append(("chooser, default pipeline", pt, flags, inputs, "forward", "none"))
+            cases.append(("chooser, merged", pt, flags + [unplanned], inputs, "forward", "merged"))
+        cases.append(("%s, split" % name, pt, flags + [unplanned, "--bucket-bytes=0"], inputs, "forward", "split"))
 
     for label, pt, flags, inputs, method, rewrite in cases:
         d = os.path.join(out_dir, label.replace(", ", "_").replace(" ", "_"))

@@ -31,14 +31,6 @@ WORLD = 2
 LIMIT_S = 20.0
 
 
-def default_pipeline():
-    """The default pipeline, from libfsdp_passes itself (so this test follows it)."""
-    lib_dir = os.path.dirname(h.runtime_lib())
-    torch.ops.load_library(h.runtime_lib())
-    torch.ops.load_library(os.path.join(lib_dir, "libfsdp_passes.so"))
-    return list(torch.ops.fsdp_opt.default_pipeline())
-
-
 def rank_main(ctx):
     m = ctx.load(ctx.rank_file(ctx.args["dir"]))
     method, args = h.torch_load(ctx.args["inputs"])[ctx.rank]
@@ -55,7 +47,7 @@ def rank_main(ctx):
 def main():
     out_dir = sys.argv[1]
     t = h.Test("divergent_unfixed")
-    pipeline = default_pipeline()
+    pipeline = h.default_pipeline()
     # plan-gather-lifetimes goes too: it would hold both units for the whole call, and no rank
     # would then gather inside the branch.
     without = ",".join(p for p in pipeline if p not in ("rank-uniform-control-flow", "plan-gather-lifetimes"))

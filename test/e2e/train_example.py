@@ -23,11 +23,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 def main():
     work = sys.argv[1]
     t = h.Test("train_example")
-    script = os.path.join(REPO, "examples", "train.py")
-    code = open(script).read()
-    readme = open(os.path.join(REPO, "README.md")).read()
-    shown = "".join("    " + l if l.strip() else "\n" for l in code.splitlines(True))
-    t.check(shown in readme, "README shows examples/train.py verbatim")
+    readme, script = h.readme_shows_example(t, REPO, "examples/train.py")
     t.check("fsdp-opt gpt.pt --fsdp-unit=. --fsdp-unit-type=Block --world-size=2 -o gpt-sharded/" in readme,
             "README's fsdp-opt command is the one run here")
 

@@ -51,7 +51,12 @@ TEST(Fingerprint, HeaderRoundTripsThroughItsBytes) {
   EXPECT_EQ(back.numTensors, 2u);
   EXPECT_EQ(back.kind, static_cast<uint16_t>(fp::Kind::kGather));
   EXPECT_EQ(back.unitHash, fp::fnv1a("blocks.3", 8));
-  EXPECT_EQ(back.reserved, 0u);
+  EXPECT_EQ(back.inlineCapacity, 0u);
+  EXPECT_EQ(fp::decode(bytes).inlineCapacity, 0u);
+  fp::Header withCapacity = fp::headerOf(gatherOf("blocks.3"), 12, 1, 0, 70656);
+  fp::encode(withCapacity, bytes);
+  EXPECT_EQ(fp::decode(bytes).inlineCapacity, 70656u);
+  EXPECT_FALSE(fp::sameCollective(h, withCapacity)) << "the capacity sizes later envelopes: compared";
 }
 
 TEST(Fingerprint, FieldsSitAtTheirDocumentedOffsets) {
@@ -117,6 +122,76 @@ TEST(Fingerprint, FirstDivergentRankIsTheLowestThatDiffersFromRankZero) {
   std::vector<fp::Header> lone(3, fp::headerOf(gatherOf("a"), 9, 0, 0));
   lone[0] = fp::headerOf(gatherOf("z"), 9, 0, 0);
   EXPECT_EQ(fp::firstDivergentRank(lone), 1);
+}
+
+namespace {
+
+// What a rank feeds its sizer after an envelope of `id` whose headers all matched.
+void agree(fp::EnvelopeSizer& s, const fp::Identity& id, uint64_t sequence) {
+  s.agreed(fp::headerOf(id, sequence, 0, 0, fp::EnvelopeSizer::capacityFor(id.payloadBytes)));
+}
+
+}  // namespace
+
+TEST(EnvelopeSizer, StartsAtTheSmallestEnvelope) {
+  fp::EnvelopeSizer s;
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512);
+  agree(s, gatherOf("a", 100000), 1);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512) << "nothing has followed 'a' yet";
+}
+
+TEST(EnvelopeSizer, SizesForWhatFollowedTheSameCollectiveBefore) {
+  // generate's steady state: a root gather then an agreement, call after call.
+  fp::EnvelopeSizer s;
+  const fp::Identity root = gatherOf(".", 136448);
+  const fp::Identity flag = identityOf(fp::Kind::kAgreement, "fsdp::rank_any", 8, 1);
+  uint64_t seq = 0;
+  agree(s, root, ++seq);
+  agree(s, flag, ++seq);
+  agree(s, root, ++seq);  // learnt: after the agreement comes the root's 136448 bytes
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512) << "after the root came the 8-byte flag";
+  agree(s, flag, ++seq);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 136448 + 64) << "header + the root's payload, a multiple of 16";
+}
+
+TEST(EnvelopeSizer, TakesTheLargerOfTheLastTwoFollowers) {
+  // After an agreement comes either the first block (inside a decoding loop) or, once the loop
+  // ended, the next call's root: both fit.
+  fp::EnvelopeSizer s;
+  const fp::Identity flag = identityOf(fp::Kind::kAgreement, "fsdp::rank_any", 8, 1);
+  uint64_t seq = 0;
+  agree(s, flag, ++seq);
+  agree(s, gatherOf("blocks.0", 1000), ++seq);
+  agree(s, flag, ++seq);
+  agree(s, gatherOf(".", 3000), ++seq);
+  agree(s, flag, ++seq);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 3072);
+  agree(s, gatherOf("blocks.0", 1000), ++seq);
+  agree(s, flag, ++seq);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 3072) << "the root is still one of the last two";
+  agree(s, gatherOf("blocks.0", 1000), ++seq);
+  agree(s, flag, ++seq);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 1072) << "the root is three followers ago now";
+}
+
+TEST(EnvelopeSizer, StaysWithinItsBoundsAndForgetsOnReset) {
+  fp::EnvelopeSizer s;
+  const fp::Identity flag = identityOf(fp::Kind::kAgreement, "fsdp::rank_any", 8, 1);
+  EXPECT_EQ(fp::EnvelopeSizer::capacityFor(fp::EnvelopeSizer::kMaxBytes), 0u)
+      << "a payload that cannot fit in the largest envelope goes on its own";
+  EXPECT_EQ(fp::EnvelopeSizer::capacityFor(fp::EnvelopeSizer::kMaxBytes - 64),
+            static_cast<uint64_t>(fp::EnvelopeSizer::kMaxBytes - 64));
+  agree(s, flag, 1);
+  agree(s, gatherOf("big", int64_t(64) << 20), 2);
+  agree(s, flag, 3);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512) << "64 MiB has no inline capacity";
+  agree(s, gatherOf("a", 5000), 4);
+  agree(s, flag, 5);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 5072);
+  s.reset();
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512);
+  agree(s, flag, 6);
+  EXPECT_EQ(s.nextEnvelopeBytes(), 512) << "reset forgets what followed";
 }
 
 TEST(Fingerprint, FormatBytes) {

@@ -3,6 +3,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <numeric>
@@ -179,6 +180,19 @@ void roundTrip(const std::vector<ParamSpec>& specs, int64_t world, uint32_t seed
   for (size_t i = 0; i < specs.size(); ++i) {
     EXPECT_EQ(fulls[i], originals[i]) << "param " << i << " world " << world;
   }
+  // The same chunks inside larger envelopes: a 64-byte header before each, 48 bytes of tail.
+  const int64_t stride = l.packedBytes() + 64 + 48;
+  std::vector<uint8_t> enveloped(static_cast<size_t>(world * stride), 0xEE);
+  for (int64_t r = 0; r < world; ++r) {
+    std::memcpy(enveloped.data() + r * stride + 64, gathered.data() + r * l.packedBytes(),
+                static_cast<size_t>(l.packedBytes()));
+  }
+  for (auto& f : fulls) std::fill(f.begin(), f.end(), 0xCD);
+  unpackCpu(l, enveloped.data() + 64, outs, stride);
+  for (size_t i = 0; i < specs.size(); ++i) {
+    EXPECT_EQ(fulls[i], originals[i]) << "param " << i << " world " << world << " (in envelopes)";
+  }
+  EXPECT_THROW(unpackCpu(l, enveloped.data(), outs, l.packedBytes() - 1), std::invalid_argument);
 }
 
 }  // namespace
