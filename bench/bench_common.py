@@ -300,17 +300,24 @@ def fsdp2_shard_blocks(model, world_size, reshard_after_forward, forward_methods
     """FSDP2 the way its documentation wraps a transformer: fully_shard on every block, then
     the root; each of forward_methods registered so that calling it unshards like forward.
     Returns the FSDP modules, blocks first."""
+    return fsdp2_shard_units(model, list(model.blocks), world_size, reshard_after_forward, forward_methods)
+
+
+def fsdp2_shard_units(model, units, world_size, reshard_after_forward, forward_methods=()):
+    """fully_shard on each of `units` (submodules of `model`, innermost first), then on the root
+    `model`, each of forward_methods registered on the root. Returns the FSDP modules, units
+    first: fsdp2_shard_blocks for models whose units are not `model.blocks`."""
     import torch.distributed.fsdp as fsdp
     if not hasattr(fsdp, "fully_shard"):  # torch < 2.6 has FSDP2 only here
         import torch.distributed._composable.fsdp as fsdp
     from torch.distributed.device_mesh import init_device_mesh
     mesh = init_device_mesh("cpu", (world_size,))
-    for block in model.blocks:
-        fsdp.fully_shard(block, mesh=mesh, reshard_after_forward=reshard_after_forward)
+    for unit in units:
+        fsdp.fully_shard(unit, mesh=mesh, reshard_after_forward=reshard_after_forward)
     fsdp.fully_shard(model, mesh=mesh, reshard_after_forward=reshard_after_forward)
     for method in forward_methods:
         fsdp.register_fsdp_forward_method(model, method)
-    return list(model.blocks) + [model]
+    return list(units) + [model]
 
 
 def fsdp1_wrap_blocks(model):

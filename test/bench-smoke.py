@@ -18,8 +18,13 @@
 # torch.distributed all-gather of their bytes plus the unsharded call, with their collectives:
 # generate(ids, 0) gathers the root once and agrees once (its decoding loop is rank-uniform),
 # forward gathers the 5 units, generate(ids, 2) gathers 1 + 4 x 2 times and agrees 1 + 2 times,
-# each output bitwise the unsharded call's. Timings in --quick mode mean nothing and are not
-# checked.
+# each output bitwise the unsharded call's; decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
+# tokens, a traced 2-layer GPT-2 (f)) unsharded, under fsdp-opt with no budget and with root + one
+# layer, and under FSDP2 reshard True and False (Hugging Face's generate for (f)): every row's
+# tokens equal its loop's unsharded run on both ranks, fsdp-opt gathers once per call without a
+# budget and 1 + 4 x (2 layers + head) = 13 times with it (GPT-2: 1 + 4 x 2 = 9), as --stats
+# predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
+# first token), at FSDP2 reshard=True's peak. Timings in --quick mode mean nothing and are not checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
@@ -27,6 +32,7 @@
 # RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
 # RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
 # RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
+# RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -91,3 +97,53 @@
 # ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 + 3 {{ *}}| {{[0-9.]+}} KiB {{ *}}| yes {{ *}}|
 # ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
+# Columns after loop and configuration: ms, / unsharded, / FSDP2 T, CPU ms, then all-gathers,
+# other collectives, bytes gathered, peak unsharded, tokens equal.
+# DECODE: model kv: KVDecoder n_layer=2 d=32 {{.*}} least budget 51200 bytes (root + one layer = 51200)
+# DECODE-NEXT: model hf: traced GPT-2 n_layer=2 {{.*}} least budget 249600 bytes (root + one layer = 249600)
+# DECODE: | loop
+# DECODE-NEXT: |---
+# DECODE-NEXT: | (a) while {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, eager HF generate {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 12 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 3 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE: target (a) while     budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
+# DECODE: target (b) for+break budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
+# DECODE: target (c) KV cache  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
+# DECODE: target (d) helpers   budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
+# DECODE: target (e) branch    budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
+# DECODE: target (f) HF GPT-2  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (249600 vs 249600)
+# DECODE: fsdp-opt counts: as --stats predicts, nothing left unsharded after a call
+# DECODE-NEXT: tokens: every configuration of each loop equals its unsharded run on both ranks, every call

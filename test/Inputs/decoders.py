@@ -208,10 +208,10 @@ class HFGenerate(nn.Module):
         return idx
 
 
-def traced_hf(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
-    """A Hugging Face causal LM (GPT2LMHeadModel or LlamaForCausalLM) from a small random
-    config, traced as its users trace it (use_cache=False: a cache object cannot leave a trace;
-    strict=False: it returns a dict)."""
+def hf_model(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
+    """The eager Hugging Face causal LM (GPT2LMHeadModel or LlamaForCausalLM) that traced_hf
+    traces: a small random config (use_cache=False: a cache object cannot leave a trace;
+    Hugging Face's generate can still ask for one)."""
     import transformers
     transformers.logging.set_verbosity_error()
     common = dict(vocab_size=128, use_cache=False, bos_token_id=0, eos_token_id=1, pad_token_id=0)
@@ -224,7 +224,12 @@ def traced_hf(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
                                           **common)
         model_class = transformers.LlamaForCausalLM
     torch.manual_seed(seed)
-    model = model_class(config).eval()
+    return model_class(config).eval()
+
+
+def traced_hf(family: str = "gpt2", n_layer: int = 2, seed: int = 0):
+    """hf_model(family, n_layer, seed) traced as its users trace it (strict=False: it returns a dict)."""
+    model = hf_model(family, n_layer, seed)
     example = torch.randint(0, 128, (1, 8), generator=torch.Generator().manual_seed(seed))
     with torch.no_grad():
         return torch.jit.trace(model, (example,), strict=False)
