@@ -93,9 +93,11 @@
 # ENTRY: model: GPT n_layer=4 n_embd=32 {{.*}} in 5 units
 # ENTRY: | entry call
 # ENTRY-NEXT: |---
-# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 1 {{ *}}| 10.62 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 + 3 {{ *}}| {{[0-9.]+}} KiB {{ *}}| yes {{ *}}|
+# Every call holds the whole model for the call (plan-gather-lifetimes), one bucket, and its loop
+# needs no agreement: 1 + 0 whatever the number of tokens.
+# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / FSDP2 T, CPU ms, then all-gathers,
 # other collectives, bytes gathered, peak unsharded, tokens equal.
