@@ -60,6 +60,21 @@ def slower_rank(values, key):
     return [max(ts) for ts in zip(*[v[key] for v in values])]
 
 
+def call_times(rounds, single_process):
+    """A configuration's wall and CPU times per call over its rounds (each round: one result
+    dict per process, with "times" and "cpu"): every call of every copy for independent
+    single-process copies, the slower rank's per call for ranks, which wait for each other."""
+    per_call, cpu_call = [], []
+    for values in rounds:
+        if single_process:
+            per_call += [t for v in values for t in v["times"]]
+            cpu_call += [t for v in values for t in v["cpu"]]
+        else:
+            per_call += slower_rank(values, "times")
+            cpu_call += slower_rank(values, "cpu")
+    return per_call, cpu_call
+
+
 def cpu_model():
     """The CPU's model name, for the JSON: timings mean little without the machine."""
     try:

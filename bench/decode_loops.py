@@ -361,14 +361,9 @@ def main(argv=None):
             loop, kind = cfg.split("/")
             model_key, method, _ = LOOPS[loop]
             want = samples[config_name(loop, "unsharded")][0][0]["tokens"]
-            per_call, cpu_call, mismatches = [], [], []
+            per_call, cpu_call = bc.call_times(samples[cfg], kind in SINGLE_PROCESS)
+            mismatches = []
             for values in samples[cfg]:
-                if kind in SINGLE_PROCESS:  # independent copies: every call is a sample
-                    per_call += [t for v in values for t in v["times"]]
-                    cpu_call += [t for v in values for t in v["cpu"]]
-                else:  # ranks wait for each other: a call takes as long as the slower rank
-                    per_call += bc.slower_rank(values, "times")
-                    cpu_call += bc.slower_rank(values, "cpu")
                 for v in values:
                     t = v["tokens"]
                     if t.dtype != want.dtype or t.shape != want.shape or not torch.equal(t, want):

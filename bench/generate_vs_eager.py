@@ -289,16 +289,9 @@ def main(argv=None):
         want = samples["a"][0][0]["tokens"]
         rows = {}
         for cfg in configs:
-            per_call, cpu_call = [], []
+            per_call, cpu_call = bc.call_times(samples[cfg], cfg in SINGLE_PROCESS)
             mismatches = []
             rss = {}
-            for values in samples[cfg]:
-                if cfg in SINGLE_PROCESS:  # independent copies: every call is a sample
-                    per_call += [t for v in values for t in v["times"]]
-                    cpu_call += [t for v in values for t in v["cpu"]]
-                else:  # ranks wait for each other: a call takes as long as the slower rank
-                    per_call += bc.slower_rank(values, "times")
-                    cpu_call += bc.slower_rank(values, "cpu")
             for values in samples[cfg] + isolated[cfg]:
                 for v in values:
                     if v["tokens"].dtype != want.dtype or v["tokens"].shape != want.shape or \
