@@ -183,7 +183,7 @@ void roundTrip(const std::vector<ParamSpec>& specs, int64_t world, uint32_t seed
   // The same chunks inside larger envelopes: a 64-byte header before each, 48 bytes of tail.
   const int64_t stride = l.packedBytes() + 64 + 48;
   std::vector<uint8_t> enveloped(static_cast<size_t>(world * stride), 0xEE);
-  for (int64_t r = 0; r < world; ++r) {
+  for (int64_t r = 0; r < world && l.packedBytes() > 0; ++r) {  // no memcpy from an empty vector's data()
     std::memcpy(enveloped.data() + r * stride + 64, gathered.data() + r * l.packedBytes(),
                 static_cast<size_t>(l.packedBytes()));
   }
