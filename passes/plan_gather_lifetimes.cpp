@@ -229,8 +229,8 @@ bool planGatherLifetimes(PassContext& context) {
   if (!plan) return false;
   ModuleAssignments assignments;
   int held = 0;
-  // Every method profiled on the program as the rewrite left it: a method planned first must not
-  // change what another, which calls it, sees.
+  // One method after another, each profiled on the program the previous ones left: a method that
+  // calls another sees the other's held units in its peak (docs/passes.md, "Cost and limits").
   for (torch::jit::Function* function : context.module().type()->methods()) {
     held += EntryPlanner(context, *plan, function).run(assignments);
   }
