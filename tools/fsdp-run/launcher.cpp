@@ -503,6 +503,11 @@ int launch(const Options& o, const std::string& self) {
 }
 
 void runWorker(const Options& o) {
+  // A peer that died closes its sockets; Gloo then writes to a closed TCP connection. Ignored,
+  // SIGPIPE becomes an EPIPE error that the runtime reports as a lost peer; left at its default
+  // it kills this rank silently and the report blames the wrong one. (Python ignores SIGPIPE at
+  // startup, so Python hosts already behave this way.)
+  ::signal(SIGPIPE, SIG_IGN);
   WorkerArgs a;
   a.modelPath = rankFile(o, o.workerRank);
   a.method = o.method;
