@@ -7,6 +7,12 @@
 // `self` becomes the caller's module value, so every prim::GetAttr chain keeps naming the same
 // instance: inlining is instance-correct even where types are shared. The callee stays as it
 // is for its other callers.
+// It also inlines, wherever it is called, a method that runs a loop whose trips may differ
+// between ranks and whose body issues collectives (a unit's registered `generate` with a `break`
+// on eos, called from the root's forward). In the callee's own graph such a loop must agree
+// across ranks every iteration, since nothing there says who holds its units; in the entry
+// method's graph the units plan-gather-lifetimes holds for the whole call are in view, the
+// loop's gathers of them go, and so does the agreement.
 // Assumes: insert-unit-gathers and wrap-entry-methods ran. Guarantees: semantics unchanged;
 // the inlined copy keeps its check_rank and gathers (eliminate-redundant-gathers removes those
 // made redundant by the caller's own).
@@ -35,18 +41,25 @@ bool insideLoop(torch::jit::Node* node) {
 
 bool inlineLoopCalls(PassContext& context) {
   CollectiveReach reach;
+  DivergentLoopReach divergentLoops(reach);
   int inlined = 0;
   for (const auto& [type, path] : distinctModuleTypes(context.module())) {
     for (torch::jit::Function* function : type->methods()) {
       auto callees = inlineCalls(graphOf(function)->block(), [&](torch::jit::Node* call) {
         // A rewritten call site keeps its call: the gather around it is already in this graph.
         bool rewritten = call->next() && call->next()->kind() == ops::reshard();
-        return insideLoop(call) && !rewritten && reach.reaches(calleeOf(call));
+        if (divergentLoops.reaches(calleeOf(call))) {
+          context.diagnostics().remark(kPassName, "inlined " + calleeOf(call)->qualname().qualifiedName() +
+                                                      " (its loop's trips may differ between ranks) into " +
+                                                      type->name()->qualifiedName() + "::" + function->name());
+          return true;
+        }
+        if (!(insideLoop(call) && !rewritten && reach.reaches(calleeOf(call)))) return false;
+        context.diagnostics().remark(kPassName, "inlined " + calleeOf(call)->qualname().qualifiedName() +
+                                                    " into the loop of " + type->name()->qualifiedName() + "::" +
+                                                    function->name());
+        return true;
       });
-      for (const auto& callee : callees) {
-        context.diagnostics().remark(kPassName, "inlined " + callee + " into the loop of " +
-                                                    type->name()->qualifiedName() + "::" + function->name());
-      }
       inlined += static_cast<int>(callees.size());
     }
   }
@@ -54,7 +67,7 @@ bool inlineLoopCalls(PassContext& context) {
 }
 
 PassInfo inlineLoopCallsPass() {
-  return {kPassName, "inline method calls in loop bodies that reach a gather", inlineLoopCalls};
+  return {kPassName, "inline method calls in loop bodies that reach a gather, and methods with rank-divergent loops", inlineLoopCalls};
 }
 
 }  // namespace fsdp_opt

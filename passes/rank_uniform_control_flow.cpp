@@ -58,19 +58,6 @@ constexpr const char* kPassName = "rank-uniform-control-flow";
 
 using ValueMap = std::unordered_map<torch::jit::Value*, torch::jit::Value*>;
 
-bool isConstant(torch::jit::Value* value) { return value->node()->kind() == c10::prim::Constant; }
-
-// Whether a loop runs the same iterations on every rank: a constant trip count and a condition
-// that is constant true before and after every iteration.
-bool hasConstantTrips(torch::jit::Node* loop) {
-  torch::jit::Block* body = loop->blocks()[0];
-  auto isTrue = [](torch::jit::Value* v) {
-    auto value = torch::jit::toIValue(v);
-    return value && value->isBool() && value->toBool();
-  };
-  return isConstant(loop->input(0)) && isTrue(loop->input(1)) && isTrue(body->outputs()[0]);
-}
-
 class Uniformer {
  public:
   Uniformer(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph, std::string representative,

@@ -4,6 +4,7 @@
 #include "module_tree.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
+#include <torch/csrc/jit/ir/constants.h>
 
 namespace fsdp_opt {
 namespace {
@@ -41,6 +42,38 @@ bool CollectiveReach::reaches(torch::jit::Node* node) {
 bool CollectiveReach::reaches(torch::jit::Block* block) {
   for (torch::jit::Node* node : block->nodes()) {
     if (reaches(node)) return true;
+  }
+  return false;
+}
+
+bool hasConstantTrips(torch::jit::Node* loop) {
+  torch::jit::Block* body = loop->blocks()[0];
+  auto isTrue = [](torch::jit::Value* v) {
+    auto value = torch::jit::toIValue(v);
+    return value && value->isBool() && value->toBool();
+  };
+  return loop->input(0)->node()->kind() == c10::prim::Constant && isTrue(loop->input(1)) &&
+         isTrue(body->outputs()[0]);
+}
+
+bool DivergentLoopReach::reaches(torch::jit::Function* function) {
+  auto known = memo_.find(function);
+  if (known != memo_.end()) return known->second;
+  memo_[function] = false;  // guards the walk only
+  bool found = reaches(graphOf(function)->block());
+  return memo_[function] = found;
+}
+
+bool DivergentLoopReach::reaches(torch::jit::Block* block) {
+  for (torch::jit::Node* node : block->nodes()) {
+    if (node->kind() == c10::prim::Loop && !hasConstantTrips(node) && collectives_.reaches(node)) return true;
+    if (node->kind() == c10::prim::CallMethod) {
+      torch::jit::Function* callee = calleeOf(node);
+      if (callee && reaches(callee)) return true;
+    }
+    for (torch::jit::Block* nested : node->blocks()) {
+      if (reaches(nested)) return true;
+    }
   }
   return false;
 }

@@ -31,6 +31,25 @@ class CollectiveReach {
   std::map<torch::jit::Function*, bool> memo_;
 };
 
+// Whether a loop runs the same iterations on every rank: a constant trip count and a condition
+// that is constant true before and after every iteration.
+bool hasConstantTrips(torch::jit::Node* loop);
+
+// Whether running a method can enter a loop whose trips may differ between ranks and whose body
+// issues collectives, directly or through the methods it calls. Such a loop needs the ranks to
+// agree each iteration unless the graph it ends up in already holds its units. Memoized.
+class DivergentLoopReach {
+ public:
+  explicit DivergentLoopReach(CollectiveReach& collectives) : collectives_(collectives) {}
+  bool reaches(torch::jit::Function* function);
+
+ private:
+  bool reaches(torch::jit::Block* block);
+
+  CollectiveReach& collectives_;
+  std::map<torch::jit::Function*, bool> memo_;
+};
+
 // Inlines into `block` (nested blocks included) every method call `select` picks, round after
 // round (an inlined body may hold more such calls), at most a few rounds deep. Returns the
 // qualified names of the callees inlined, in order.

@@ -181,6 +181,36 @@ class KVDecoder(nn.Module):
         return idx
 
 
+class UnitDecoders(nn.Module):
+    """(j) KVDecoder's loops run by a unit that is not the root: the root's methods call the
+    decoder's registered generate_* methods (FSDP2's register_fsdp_forward_method on a child),
+    so each loop lives in the unit's own method and is reached through a call."""
+
+    def __init__(self, decoder: KVDecoder):
+        super().__init__()
+        self.decoder = decoder
+
+    def forward(self, idx: Tensor) -> Tensor:
+        return self.decoder(idx)
+
+    @torch.jit.export
+    def generate_while(self, idx: Tensor, max_new_tokens: int, eos: int) -> Tensor:
+        return self.decoder.generate_while(idx, max_new_tokens, eos)
+
+    @torch.jit.export
+    def generate_break(self, idx: Tensor, max_new_tokens: int, eos: int) -> Tensor:
+        return self.decoder.generate_break(idx, max_new_tokens, eos)
+
+    @torch.jit.export
+    def generate_cached(self, idx: Tensor, max_new_tokens: int, eos: int) -> Tensor:
+        return self.decoder.generate_cached(idx, max_new_tokens, eos)
+
+
+UNIT_DECODER_METHODS = ["generate_while", "generate_break", "generate_cached"]
+UNIT_DECODER_FLAGS = (["--fsdp-unit=decoder", "--fsdp-unit-type=Block"]
+                      + ["--forward-method=decoder:%s" % m for m in UNIT_DECODER_METHODS])
+
+
 def loop_iterations(method: str, prompt_length: int, output_length: int) -> int:
     """Iterations of `method`'s decoding loop in a call that turned a prompt of prompt_length
     tokens into output_length: one token each, except the cached loop's first (prefill's)."""

@@ -12,7 +12,8 @@
 # (root + one layer), where the prediction has per-iteration gathers and is still met.
 # Loops (test/Inputs/decoders.py): (a) while + eos in the condition, (b) for + break,
 # (c) prefill + cached step with a List[Tensor] KV cache, (d) helpers called from the body,
-# (e) an if choosing between two head units; on the torch 2.x leg also (f), traced Hugging
+# (e) an if choosing between two head units, (j) (a)-(c) as registered forward methods of a
+# unit that is not the root, called from the root; on the torch 2.x leg also (f), traced Hugging
 # Face GPT-2 and Llama decoders inside a scripted generate written as (b), with and without a
 # budget.
 #
@@ -68,6 +69,8 @@ def main():
     t = h.Test("decode_loops")
     models = {"kv": (os.path.join(out_dir, "kv.pt"), dl.KV_UNIT_FLAGS, dl.KV_METHODS, 67)}
     torch.jit.script(dl.kv_decoder()).save(models["kv"][0])
+    models["unit"] = (os.path.join(out_dir, "unit.pt"), dl.UNIT_DECODER_FLAGS, dl.UNIT_DECODER_METHODS, 67)
+    torch.jit.script(dl.UnitDecoders(dl.kv_decoder())).save(models["unit"][0])
     has_hf = torch.__version__ >= "2"
     if has_hf:
         for family in ("gpt2", "llama"):
