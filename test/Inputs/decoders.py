@@ -18,6 +18,8 @@ says how many iterations of its loop a call ran, from the lengths of prompt and 
 HFGenerate wraps a traced Hugging Face causal LM (its forward returns a dict with "logits") in
 a scripted `generate` written as (b), case (f); `traced_hf("gpt2" | "llama")` builds one from a
 small random config (torch 2.x leg only: transformers lives in its venv; nothing is downloaded).
+The model zoo (test/models/zoo.py, its `*_generate` entries) wraps its own traces of GPT-2,
+Llama and Qwen2 in HFGenerate the same way.
 
     python -m decoders kv -o kv.pt [--n-layer N] [--d D]
     python -m decoders gpt2|llama -o hf.pt [--n-layer N]

@@ -5,7 +5,11 @@ Every entry is a model as its users build it (random weights, eval mode, a small
 into TorchScript the way its library supports (torch.jit.script for torchvision and timm with
 scriptable=True, torch.jit.trace for transformers), sharded with the fsdp-opt flags a user
 would write, and run on 2 ranks. Every method a user calls must give outputs bitwise equal to
-the original archive run in this (the driver) process at the same thread count.
+the original archive run in this (the driver) process at the same thread count. The Hugging
+Face decoders (GPT-2, Llama, Qwen2) also decode: a `*_generate` entry wraps the same trace in
+the scripted greedy `generate` of the README (test/Inputs/decoders.py's HFGenerate), each rank
+decodes its own prompt and stops at its own step, and a call must issue the one all-gather
+`fsdp-opt --stats` predicts.
 
     python test/models/zoo.py --list
     python test/models/zoo.py --subset ci [--source timm] [--filter REGEX] [--work DIR]
@@ -64,19 +68,62 @@ class Input:
         self.index = index
 
 
+class RankInput:
+    """Rank r's own row of the i-th tensor of the entry's inputs (a batch of one row per rank):
+    ranks whose data differs, each compared with its own run in the driver (SPEC 11)."""
+
+    def __init__(self, index=0):
+        self.index = index
+
+
+NEVER = -1  # an eos id no token equals: the loop runs all its max_new_tokens
+
+
+class EosAt:
+    """The eos argument of a greedy `generate(idx, max_new_tokens, eos)` call (HFGenerate's):
+    for rank r, the token that rank's prompt (the call's first argument) makes the original
+    generate at step steps[r] (0-based) when nothing stops it, so its loop ends at that step,
+    or at an earlier step that made the same token; NEVER where steps[r] is None. Ranks then
+    leave the data-dependent loop at different steps."""
+
+    def __init__(self, *steps):
+        self.steps = steps
+
+    def token(self, module, method, args, position, rank):
+        import torch
+        step = self.steps[rank] if rank < len(self.steps) else None
+        if step is None:
+            return NEVER
+        free = list(args)
+        free[position] = NEVER
+        with torch.no_grad():
+            out = getattr(module, method)(*free)
+        return int(out[0, args[0].size(1) + step])
+
+
 class Call:
-    def __init__(self, method, args, kwargs=None, label=None):
+    """A method call. `loop_iterations(args, output)`, for a method whose loop issues gathers
+    per iteration under some schedule, says how many times this call's loop ran, so that the
+    gathers `fsdp-opt --stats` predicts can be checked whatever the schedule; `gathers`, when
+    set, is the count a call must issue besides matching the prediction (what the planner
+    promises: a generate call under the default pipeline and no budget costs one)."""
+
+    def __init__(self, method, args, kwargs=None, label=None, loop_iterations=None, gathers=None):
         self.method = method
         self.args = list(args)
         self.kwargs = dict(kwargs or {})
         self.label = label or method
+        self.loop_iterations = loop_iterations
+        self.gathers = gathers
 
 
 class Entry:
     """One model. `make()` returns the nn.Module (called right after torch.manual_seed(0));
-    `inputs(gen)` the input tensors; `capture` is "script" or "trace" (traced with the inputs
+    `inputs(gen)` the input tensors; `capture` is "script", "trace" (traced with the inputs
     of seed 0, called with those of seed 1: a trace specialised on its example values would
-    show); `calls` the methods a user calls, in order; `flags` fsdp-opt's unit flags; `legs`
+    show) or "generate" (traced with the first row of the seed-0 inputs, one prompt as users
+    trace it, then wrapped in decoders.HFGenerate and scripted; called with rows of the seed-1
+    inputs); `calls` the methods a user calls, in order; `flags` fsdp-opt's unit flags; `legs`
     where it runs ("torch2", "torch113") and `ci` on which of them it is in the CI subset;
     `timeout` bounds fsdp-opt and the ranks, each; `expect_fail`, when set, says why the entry
     cannot work and is a substring of the failure it must report."""
@@ -323,10 +370,40 @@ def hf_entry(name, family, model_cls, config_cls, config, block, inputs, desc, c
                  note="%s, 2 layers, traced" % model_cls)
 
 
+# The decoders of HF that also decode, and the CI legs of their generate entries.
+HF_GENERATE = {"gpt2": ("torch2",), "llama": (), "qwen2": ()}
+PROMPT = 5
+MAX_NEW = 8
+# Rank 0 stops at the token its third step makes (or earlier, where an earlier step made it),
+# rank 1 never: ranks leave the loop at different steps.
+STOP_AT = EosAt(2, None)
+
+
+def new_tokens(args, output):
+    return output.size(1) - args[0].size(1)
+
+
+def hf_generate_entry(name, family, model_cls, config_cls, config, block, inputs, desc, ci):
+    """The decoder of hf_entry(name, ...), the same model, traced and wrapped in the scripted
+    greedy generate of the README ("Greedy decoding with a Hugging Face model"), sharded with
+    its flags: the traced model a unit (embeddings, final norm, LM head) and every layer."""
+    return Entry("hf/%s_generate" % name, "hf", family, hf_make(model_cls, config_cls, **config),
+                 token_ids(WORLD, PROMPT, VOCAB),
+                 "a 1x%d prompt per rank, up to %d new tokens; eos: rank 0's token of step %d, "
+                 "rank 1 none" % (PROMPT, MAX_NEW, STOP_AT.steps[0] + 1),
+                 [Call("generate", [RankInput(0), MAX_NEW, STOP_AT], loop_iterations=new_tokens,
+                       gathers=1)],
+                 ["--fsdp-unit=model", "--fsdp-unit-type=" + block], capture="generate",
+                 ci=HF_GENERATE[name], note="%s traced, in a scripted greedy generate" % model_cls)
+
+
 def registry():
     entries = [tv_entry(n) for n in TV_MODELS]
     entries += [timm_entry(*t) for t in TIMM]
-    entries += [hf_entry(*t) for t in HF]
+    for t in HF:
+        entries.append(hf_entry(*t))
+        if t[0] in HF_GENERATE:
+            entries.append(hf_generate_entry(*t))
     return entries
 
 
@@ -383,14 +460,28 @@ def plain(value):
     return value
 
 
-def resolve(call, inputs, outputs):
+def rank_dependent(call):
+    return any(isinstance(a, (RankInput, EosAt)) for a in call.args + list(call.kwargs.values()))
+
+
+def resolve(call, inputs, outputs, rank, module):
+    """The call's arguments for `rank`; `outputs` are that rank's earlier outputs, `module` the
+    original archive (EosAt runs it)."""
     def one(a):
         if isinstance(a, Input):
             return inputs[a.index]
+        if isinstance(a, RankInput):
+            return inputs[a.index][rank:rank + 1].clone()
         if isinstance(a, Ref):
             return outputs[a.label]
         return a
-    return [one(a) for a in call.args], {k: one(v) for k, v in call.kwargs.items()}
+    if any(isinstance(v, EosAt) for v in call.kwargs.values()):
+        raise ValueError("%s: EosAt is a positional argument" % call.label)
+    args = [one(a) for a in call.args]
+    for i, a in enumerate(args):
+        if isinstance(a, EosAt):
+            args[i] = a.token(module, call.method, args, i, rank)
+    return args, {k: one(v) for k, v in call.kwargs.items()}
 
 
 def parse_stats(text):
@@ -525,7 +616,7 @@ def run_entry_in(entry, opts, row, work):
     # Build and capture as a user would, then keep only the saved archive: what fsdp-opt reads
     # is what the reference outputs come from.
     example = entry.inputs(torch.Generator().manual_seed(0))
-    call_inputs = entry.inputs(torch.Generator().manual_seed(1)) if entry.capture == "trace" else example
+    call_inputs = entry.inputs(torch.Generator().manual_seed(1)) if entry.capture != "script" else example
     try:
         torch.manual_seed(0)
         model = entry.make().eval()
@@ -536,10 +627,19 @@ def run_entry_in(entry, opts, row, work):
             if entry.capture == "script":
                 captured = torch.jit.script(model)
             else:
+                if entry.capture == "generate":
+                    example = tuple(t[:1] for t in example)
                 # strict=False: the transformers models return dicts.
                 captured = torch.jit.trace(model, example, strict=False)
     except Exception as e:  # noqa: BLE001
-        raise Failure("does not %s" % entry.capture, exception_text(e))
+        raise Failure("does not %s" % ("script" if entry.capture == "script" else "trace"),
+                      exception_text(e))
+    if entry.capture == "generate":
+        import decoders
+        try:
+            captured = torch.jit.script(decoders.HFGenerate(captured))
+        except Exception as e:  # noqa: BLE001
+            raise Failure("generate does not script", exception_text(e))
     try:
         captured.save(orig_pt)
     except Exception as e:  # noqa: BLE001
@@ -549,18 +649,28 @@ def run_entry_in(entry, opts, row, work):
 
     orig = torch.jit.load(orig_pt)
     row.params = human(count_params(orig))
-    outputs = {}
-    resolved = []
+    # Each rank's calls and the outputs its own unsharded run gives; computed once and shared
+    # where no argument depends on the rank.
+    ranks = range(WORLD) if any(rank_dependent(c) for c in entry.calls) else [0]
+    outputs = [{} for _ in ranks]
+    resolved = [[] for _ in ranks]
+    iterations = collections.defaultdict(list)
     for call in entry.calls:
         if not hasattr(orig, call.method):
             raise Failure("no method", "%s has no method %s in this version" % (entry.name, call.method))
-        args, kwargs = resolve(call, call_inputs, outputs)
-        try:
-            with torch.no_grad():
-                outputs[call.label] = plain(getattr(orig, call.method)(*args, **kwargs))
-        except Exception as e:  # noqa: BLE001
-            raise Failure("original fails", "%s: %s" % (call.label, exception_text(e)))
-        resolved.append((call.label, call.method, args, kwargs))
+        for rank in ranks:
+            try:
+                args, kwargs = resolve(call, call_inputs, outputs[rank], rank, orig)
+                with torch.no_grad():
+                    out = plain(getattr(orig, call.method)(*args, **kwargs))
+            except Exception as e:  # noqa: BLE001
+                raise Failure("original fails", "%s: %s" % (call.label, exception_text(e)))
+            outputs[rank][call.label] = out
+            resolved[rank].append((call.label, call.method, args, kwargs))
+            if call.loop_iterations:
+                iterations[call.label].append(call.loop_iterations(args, out))
+    if len(ranks) == 1:
+        outputs, resolved = outputs * WORLD, resolved * WORLD
     calls_pt = os.path.join(work, "calls.pt")
     torch.save(resolved, calls_pt)
 
@@ -598,12 +708,21 @@ def run_entry_in(entry, opts, row, work):
     diffs = []
     problems = []
     gathers = []
-    for i, (label, method, _, _) in enumerate(resolved):
+    for i, call in enumerate(entry.calls):
+        label, method = call.label, call.method
+        # --stats: N collectives per call, K of them once per iteration of a loop (the loop
+        # running while any rank goes on); unknown for a loop whose iterations nobody counts.
         predicted = stats["gathers"].get(method)
+        in_loops = stats["in_loops"].get(method, 0)
+        if predicted is None:
+            problems.append("%s: fsdp-opt --stats predicts no gathers per call of %s" % (label, method))
+        elif in_loops:
+            predicted = (predicted - in_loops + in_loops * max(iterations[label])
+                         if iterations[label] else None)
         measured = {r.rank: [rep["gathers"][i] for rep in r.value] for r in results}
         for r in results:
             for k, rep in enumerate(r.value):
-                d = h.same_bits(rep["outputs"][i], outputs[label], label)
+                d = h.same_bits(rep["outputs"][i], outputs[r.rank][label], label)
                 if d:
                     diffs.append("rank %d call %d: %s" % (r.rank, k + 1, d))
                 if rep["unsharded_after"][i] != 0:
@@ -612,10 +731,16 @@ def run_entry_in(entry, opts, row, work):
         counts = sorted({n for per in measured.values() for n in per})
         if len(counts) != 1:
             problems.append("%s: gathers per call vary: %s" % (label, measured))
-        elif predicted is not None and not stats["in_loops"].get(method) and counts[0] != predicted:
-            problems.append("%s: %d gathers per call, fsdp-opt --stats predicts %d"
-                            % (label, counts[0], predicted))
-        gathers.append("%s %s" % (label, "/".join(str(c) for c in counts)))
+        else:
+            if predicted is not None and counts[0] != predicted:
+                problems.append("%s: %d gathers per call, fsdp-opt --stats predicts %d"
+                                % (label, counts[0], predicted))
+            if call.gathers is not None and counts[0] != call.gathers:
+                problems.append("%s: %d gathers per call, expected %d" % (label, counts[0], call.gathers))
+        cell = "%s %s" % (label, "/".join(str(c) for c in counts))
+        if iterations[label]:
+            cell += " (loop iterations by rank: %s)" % ", ".join(str(n) for n in iterations[label])
+        gathers.append(cell)
     row.gathers = ", ".join(gathers)
     problems = diffs + problems
     if problems:
@@ -628,12 +753,12 @@ def run_entry_in(entry, opts, row, work):
 
 
 def rank_worker(ctx):
-    """On each rank: load the rank file, make every call `repeat` times, return the outputs
-    with the collectives each call issued and what it left unsharded."""
+    """On each rank: load the rank file, make each of this rank's calls `repeat` times, return
+    the outputs with the collectives each call issued and what it left unsharded."""
     import torch
     torch.set_num_threads(ctx.args["threads"])
     model = ctx.load(ctx.rank_file(ctx.args["dir"]))
-    calls = h.torch_load(ctx.args["calls"])
+    calls = h.torch_load(ctx.args["calls"])[ctx.rank]
     reps = []
     for _ in range(ctx.args["repeat"]):
         rep = {"outputs": [], "gathers": [], "unsharded_after": []}
@@ -764,13 +889,19 @@ Hugging Face decoders and encoders traced from small random configs. Each is sha
 ranks with the flags in the table (its blocks or layers as units by type, the root a unit;
 FSDP1's size policy where a model has no blocks), and every method a user calls
 (`forward_features`, `forward_head`, `forward`) is run twice on both ranks and compared bit
-for bit with the original archive run in one process at the same thread count.
+for bit with the original archive run in one process at the same thread count. The decoders
+(GPT-2, Llama, Qwen2) also decode: each `*_generate` row is the same model traced and wrapped
+in the README's scripted greedy `generate` ("Greedy decoding with a Hugging Face model"),
+sharded with its flags, and each rank decodes its own prompt (rank 0 stops at an eos its
+tokens reach, rank 1 runs all 8 steps); its tokens must be bitwise its own unsharded run's,
+and a call must issue the one all-gather `fsdp-opt --stats` predicts.
 
 Columns: *units*, how many and of which module types; *parameters*, elements (a tied
 parameter once); *bytes per rank*, the parameter bytes one rank holds (its shards plus
 replicated parameters) of the model's; *gathers per call*, collectives one call of the method
-issues on each rank (measured; checked against `fsdp-opt --stats`); *transform*, fsdp-opt's
-wall time (load, passes, writing both rank files); *parity*, exact or what went wrong.
+issues on each rank (measured; checked against `fsdp-opt --stats`; for a decoding loop also
+how many times it ran on each rank); *transform*, fsdp-opt's wall time (load, passes,
+writing both rank files); *parity*, exact or what went wrong.
 
 Regenerate with `bash scripts/models.sh` (both legs), or one leg with
 `python test/models/zoo.py --subset all --build build/<leg> --write-docs docs/models.md`.
