@@ -1,17 +1,17 @@
 // Pass hoist-loop-gathers: gather a unit once per loop instead of once per iteration.
 //
 // In `generate`, every decoding step calls every layer, so per-call gathers re-gather the whole
-// model per token. For each prim::Loop in a method of the root (innermost loops first), each
-// gather directly in the loop body whose operands are loop-invariant (prim::GetAttr chains from
-// values defined outside the loop) moves before the loop, and its reshard after it, as long as
-// the static peak of unsharded bytes stays within --max-unsharded-bytes:
-//   peak = own bytes of the units gathered around the loop in this graph
-//        + footprints of the hoisted units
-//        + the largest footprint among the gathers left inside the loop,
-// where a unit's footprint is its group's bytes plus those of every unit nested in it (their
-// gathers happen inside its calls). Units that do not fit keep their per-iteration gathers,
-// greedily in program order. Loops outside root methods are left alone: their callers' open
-// gathers are not in view, so their peak could not be bounded here. A loop that may reassign a
+// model per token. plan-gather-lifetimes holds what fits for the whole call; this pass widens
+// what did not fit to a loop. For each prim::Loop in a method of the root (innermost loops
+// first, so a gather can leave a nest loop by loop), the gathers directly in the loop body
+// whose operands are loop-invariant (prim::GetAttr chains from values defined outside the loop)
+// move before the loop, and their reshards after it, costliest first (their collectives inside
+// the loop, weighted by loop depth), as long as the static peak of unsharded bytes with them
+// held across the loop stays within --max-unsharded-bytes. Cost and peak are the planner's
+// (support/gather_cost.h): one instance walk of the entry method per loop, so units nested in
+// others, gathers in called methods and what the caller holds are all counted exactly. Units that
+// do not fit keep their per-iteration gathers. Loops outside root methods are left alone (after
+// inline-loop-calls, the loops that gather are in root methods). A loop that may reassign a
 // submodule or a parameter (prim::SetAttr, in its body or a method it calls) keeps every
 // gather: the chains the gather reads could reach other tensors in a later iteration.
 // Assumes: inline-loop-calls and eliminate-redundant-gathers ran (gathers of the loop are in
@@ -23,6 +23,7 @@
 #include <fsdp_opt/pattern.h>
 
 #include "support/fsdp_ops.h"
+#include "support/gather_cost.h"
 #include "support/module_tree.h"
 #include "support/module_writes.h"
 
@@ -37,8 +38,9 @@ constexpr const char* kPassName = "hoist-loop-gathers";
 
 class LoopHoister {
  public:
-  LoopHoister(PassContext& context, const FsdpPlan& plan, torch::jit::Graph& graph, std::string where)
-      : context_(context), plan_(plan), graph_(graph), gathers_(graph, "", plan), where_(std::move(where)) {
+  LoopHoister(PassContext& context, const FsdpPlan& plan, torch::jit::Function* function, std::string where)
+      : context_(context), plan_(plan), function_(function), graph_(*graphOf(function)),
+        gathers_(graph_, "", plan), where_(std::move(where)) {
     budget_ = context.options().maxUnshardedBytes.value_or(std::numeric_limits<int64_t>::max());
   }
 
@@ -95,17 +97,14 @@ class LoopHoister {
                                                    ": the loop may reassign a submodule or a parameter (prim::SetAttr)");
       return 0;
     }
-    int64_t open = gathers_.openBytesAt(loop);
-    int64_t hoistedBytes = 0;
-    std::set<torch::jit::Node*> hoisted;
-    auto largestLeft = [&](torch::jit::Node* skip) {
-      int64_t largest = 0;
-      for (const GatherOp& gather : inside) {
-        if (gather.issue() == skip || hoisted.count(gather.issue())) continue;
-        if (const Unit* unit = gathers_.unit(gather)) largest = std::max(largest, plan_.footprintBytes(*unit));
-      }
-      return largest;
-    };
+    // The program as the previous loops left it; the candidates' own gathers are in it.
+    GatherCost cost(context_.module(), plan_, function_->name());
+    std::stable_sort(candidates.begin(), candidates.end(), [&](const GatherOp& a, const GatherOp& b) {
+      const Unit* ua = gathers_.unit(a);
+      const Unit* ub = gathers_.unit(b);
+      return (ua ? cost.costWithin(ua, loop) : 0) > (ub ? cost.costWithin(ub, loop) : 0);
+    });
+    std::map<torch::jit::Node*, std::set<const Unit*>> across{{loop, {}}};
     int moved = 0;
     for (const GatherOp& candidate : candidates) {
       torch::jit::Node* gather = candidate.issue();
@@ -113,7 +112,9 @@ class LoopHoister {
       torch::jit::Node* reshard = candidate.reshard();
       std::set<torch::jit::Node*> operands;
       if (!unit || !reshard || !invariantOperands(gather, loop, operands)) continue;
-      int64_t peak = open + hoistedBytes + plan_.footprintBytes(*unit) + largestLeft(gather);
+      std::map<torch::jit::Node*, std::set<const Unit*>> trial = across;
+      trial[loop].insert(unit);
+      int64_t peak = cost.peak({}, trial);
       if (peak > budget_) {
         context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' kept per iteration in " +
                                                      where_ + ": hoisting it would reach " +
@@ -128,8 +129,7 @@ class LoopHoister {
       }
       for (torch::jit::Node* node : ordered) node->moveBefore(loop);
       reshard->moveAfter(loop);
-      hoisted.insert(gather);
-      hoistedBytes += plan_.footprintBytes(*unit);
+      across = std::move(trial);
       ++moved;
       context_.diagnostics().remark(kPassName, "gather of unit '" + displayPath(unit->path) +
                                                    "' hoisted out of a loop in " + where_ +
@@ -140,6 +140,7 @@ class LoopHoister {
 
   PassContext& context_;
   const FsdpPlan& plan_;
+  torch::jit::Function* function_;
   torch::jit::Graph& graph_;
   GraphGathers gathers_;
   ModuleAssignments assignments_;
@@ -155,8 +156,7 @@ bool hoistLoopGathers(PassContext& context) {
   int hoisted = 0;
   auto rootType = context.module().type();
   for (torch::jit::Function* function : rootType->methods()) {
-    auto graph = graphOf(function);
-    hoisted += LoopHoister(context, *plan, *graph, rootType->name()->qualifiedName() + "::" + function->name()).run();
+    hoisted += LoopHoister(context, *plan, function, rootType->name()->qualifiedName() + "::" + function->name()).run();
   }
   context.statistics().add("gathers hoisted out of loops", hoisted);
   return hoisted > 0;

@@ -4,9 +4,9 @@
 // neighbours: each local rewrite is defeated by some way of spelling a decoding loop (`break` on
 // eos puts the calls in a prim::If arm; a KV cache splits the work between a `prefill` method and
 // a cached `step`; a traced Hugging Face model gathers its blocks inside its own `forward`).
-// This pass looks at a whole entry method instead. The instance walk (instance_walk.h) follows
-// every call from the entry method, through loops, branches, other methods, traced submodules
-// and units nested in units, and gives for each unit
+// This pass looks at a whole entry method instead. Its cost model (support/gather_cost.h, shared
+// with hoist-loop-gathers) walks every call from the entry method, through loops, branches,
+// other methods, traced submodules and units nested in units, and gives for each unit
 //   - its cost: the collectives one call issues for it, each weighted kLoopWeight^depth by the
 //     loops around it (a gather in a nested decoding loop outweighs any number of single ones);
 //   - the sets of units open together wherever a gather opens one (the static peak's points).
@@ -37,12 +37,11 @@
 #include <fsdp_opt/pattern.h>
 
 #include "support/fsdp_ops.h"
-#include "support/instance_walk.h"
+#include "support/gather_cost.h"
 #include "support/module_tree.h"
 #include "support/module_writes.h"
 
 #include <algorithm>
-#include <cmath>
 #include <limits>
 #include <map>
 #include <set>
@@ -51,42 +50,6 @@ namespace fsdp_opt {
 namespace {
 
 constexpr const char* kPassName = "plan-gather-lifetimes";
-// One level of loop nesting counts as this many calls: a decoding loop runs at least a few
-// steps, and any unit gathered per step should be held before one gathered once.
-constexpr double kLoopWeight = 1000.0;
-
-// What one call of an entry method gathers, from the instance walk over the current IR.
-struct EntryProfile {
-  std::map<const Unit*, double> cost;            // weighted collectives a call issues for the unit
-  std::set<std::vector<const Unit*>> openSets;   // the units open together where a gather opens
-};
-
-EntryProfile profileEntry(const torch::jit::Module& root, const FsdpPlan& plan, const std::string& method) {
-  EntryProfile profile;
-  WalkObserver observer;
-  observer.onGather = [&](const GatherVisit& visit) {
-    if (!visit.issuesCollective) return;
-    for (const Unit* unit : visit.units) profile.cost[unit] += std::pow(kLoopWeight, visit.loopDepth);
-  };
-  observer.onUnitsOpened = [&](const OpenUnits& open) { profile.openSets.insert(open.units); };
-  walkFromEntryMethods(root, plan, GatherModel::ExplicitOps, observer, method, Revisits::Walk);
-  return profile;
-}
-
-// The static peak with `held` gathered for the whole call.
-int64_t peakHolding(const EntryProfile& profile, const std::set<const Unit*>& held) {
-  int64_t heldBytes = 0;
-  for (const Unit* unit : held) heldBytes += unit->bytes();
-  int64_t worstRest = 0;
-  for (const auto& open : profile.openSets) {
-    int64_t rest = 0;
-    for (const Unit* unit : open) {
-      if (!held.count(unit)) rest += unit->bytes();
-    }
-    worstRest = std::max(worstRest, rest);
-  }
-  return heldBytes + worstRest;
-}
 
 // The method's prologue: the rank check, the replicated parameters' note, the root unit's own
 // gather (wrap-entry-methods) and the reads they take. The held gathers go right after it, so no
@@ -147,14 +110,15 @@ class EntryPlanner {
   // Returns how many units are now held for the whole call.
   int run(ModuleAssignments& assignments) {
     auto graph = graphOf(function_);
-    EntryProfile profile = profileEntry(context_.module(), plan_, function_->name());
-    if (profile.cost.empty()) return 0;
+    GatherCost model(context_.module(), plan_, function_->name());
+    if (model.empty()) return 0;
     if (assignments.inBlock(graph->block())) {
       context_.diagnostics().remark(kPassName, "no gather planned in " + where_ +
                                                    ": it may reassign a submodule or a parameter (prim::SetAttr)");
       return 0;
     }
-    std::vector<std::pair<const Unit*, double>> byCost(profile.cost.begin(), profile.cost.end());
+    const std::map<const Unit*, double> costs = model.costs();
+    std::vector<std::pair<const Unit*, double>> byCost(costs.begin(), costs.end());
     std::stable_sort(byCost.begin(), byCost.end(), [&](const auto& a, const auto& b) {
       if (a.second != b.second) return a.second > b.second;
       return plan_.unitIndex.at(a.first->path) < plan_.unitIndex.at(b.first->path);
@@ -171,7 +135,7 @@ class EntryPlanner {
       if (held.count(unit)) continue;
       std::set<const Unit*> trial = held;
       trial.insert(unit);
-      int64_t peak = peakHolding(profile, trial);
+      int64_t peak = model.peak(trial);
       if (peak > budget_) {
         context_.diagnostics().remark(kPassName, "unit '" + displayPath(unit->path) + "' not held for the call of " +
                                                      where_ + ": holding it would reach " + std::to_string(peak) +
@@ -189,7 +153,7 @@ class EntryPlanner {
     insertHeldGathers(*graph, order, prologue.end, epilogueStart(body, prologue));
     context_.diagnostics().remark(kPassName, std::to_string(order.size()) + " unit(s) held for the whole call of " +
                                                  where_ + ": " + describe(order) + " (static peak " +
-                                                 std::to_string(peakHolding(profile, held)) + " bytes)");
+                                                 std::to_string(model.peak(held)) + " bytes)");
     return static_cast<int>(order.size());
   }
 

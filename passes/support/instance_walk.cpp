@@ -110,7 +110,9 @@ class Walker {
           for (const Unit* unit : units->second) release(state.unsharded, unit);
         }
       }
-      int nestedDepth = loopDepth + (kind == c10::prim::Loop ? 1 : 0);
+      const bool isLoop = kind == c10::prim::Loop;
+      int nestedDepth = loopDepth + (isLoop ? 1 : 0);
+      if (isLoop) loops_.push_back(node);
       bool isBranch = kind == c10::prim::If && observer_.onBranch;
       for (size_t arm = 0; arm < node->blocks().size(); ++arm) {
         if (isBranch) observer_.onBranch(node, static_cast<int>(arm));
@@ -118,6 +120,7 @@ class Walker {
         walkBlock(node->blocks()[arm], scope, branch, nestedDepth);
       }
       if (isBranch) observer_.onBranch(node, -1);
+      if (isLoop) loops_.pop_back();
     }
   }
 
@@ -186,7 +189,7 @@ class Walker {
         if (gather.isSplit()) release(state.inFlight, unit);
         ++state.unsharded[unit];
       }
-      if (observer_.onGather) observer_.onGather({units, issuesCollective, loopDepth, stack_});
+      if (observer_.onGather) observer_.onGather({units, issuesCollective, loopDepth, stack_, loops_});
     }
     if (opensBuffers && observer_.onUnitsOpened) {
       std::set<const Unit*> open;
@@ -194,7 +197,7 @@ class Walker {
       for (const auto& [unit, depth] : state.inFlight) open.insert(unit);
       std::vector<const Unit*> sorted(open.begin(), open.end());
       std::sort(sorted.begin(), sorted.end(), [](const Unit* a, const Unit* b) { return a->path < b->path; });
-      observer_.onUnitsOpened({sorted, stack_});
+      observer_.onUnitsOpened({sorted, stack_, loops_});
     }
   }
 
@@ -204,6 +207,7 @@ class Walker {
   const WalkObserver& observer_;
   Revisits revisits_;
   std::vector<Frame> stack_;
+  std::vector<torch::jit::Node*> loops_;
   std::set<std::string> visited_;
 };
 

@@ -43,6 +43,7 @@ struct GatherVisit {
   bool issuesCollective;  // some unit was sharded before this gather
   int loopDepth;          // prim::Loop bodies around the gather, across the call chain
   const std::vector<Frame>& stack;
+  const std::vector<torch::jit::Node*>& loops;  // those prim::Loop nodes, outermost first
 };
 
 // After a gather (or the start of a split one, whose buffers exist from then on) opened units
@@ -50,6 +51,7 @@ struct GatherVisit {
 struct OpenUnits {
   std::vector<const Unit*> units;
   const std::vector<Frame>& stack;
+  const std::vector<torch::jit::Node*>& loops;  // the prim::Loop nodes around, outermost first
 };
 
 // A prim::SetAttr that assigns a parameter slot.
