@@ -460,7 +460,7 @@ def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, 
     the replicated parameters and buffers as this rank holds them. `manifest` is the
     manifest.json of the run the module's file comes from (checked by its sha256). What it
     returns is a copy, on the parameters' device; load it into the original model with
-    `original.load_state_dict(...)` and save that (test/e2e/train_full_state.py)."""
+    `original.load_state_dict(...)` and save that (test/e2e/train_exact.py checks it)."""
     import hashlib
     import json
 

@@ -138,6 +138,8 @@ TEST(CopyPlan, SegmentLookupAndBlockCounts) {
   EXPECT_EQ(findSegment(s.data(), n, 5), 2);
   EXPECT_EQ(findSegment(s.data(), n, 6), 3);
   EXPECT_EQ(plan.bytesWritten(), kBlockBytes * 2 + 1 + 10 + kBlockElems * 2 * 2 + 12);
+  // A zero reads nothing; the f32 -> f16 cast reads 4 bytes per element and writes 2.
+  EXPECT_EQ(plan.bytesRead(), kBlockBytes * 2 + 1 + kBlockElems * 2 * 4 + 12);
   EXPECT_THROW(plan.addCast(f.data(), ElemType::kBytes, h.data(), ElemType::kF16, 1),
                std::invalid_argument);
 }

@@ -62,7 +62,9 @@ std::vector<std::string> runRank(int rank, int port) {
   auto expect = [&](bool ok, const std::string& what) {
     if (!ok) failures.push_back(what);
   };
+  expect(!rt::isProcessGroupInitialized(), "no process group before initProcessGroup");
   rt::initProcessGroup(rank, 2, "127.0.0.1", port);
+  expect(rt::isProcessGroupInitialized(), "the process group exists after initProcessGroup");
   torch::jit::Module original = makeModel();
   torch::manual_seed(1);
   const at::Tensor x = torch::randn({2, 4});
@@ -103,9 +105,9 @@ std::vector<std::string> runRank(int rank, int port) {
     call();
     throw std::runtime_error("inside the scope");
   } catch (const std::runtime_error& e) {
-    caught = std::string(e.what()) == "inside the scope";
+    caught = std::string(e.what()) == "inside the scope" && rt::errorKindOf(e) == rt::ErrorKind::kNone;
   }
-  expect(caught, "the exception leaves the scope");
+  expect(caught, "the exception leaves the scope, a model's own error (errorKindOf: none)");
   expect(rt::stats().unsharded_bytes == 0, "an exception out of the scope reshards");
   rt::resetStats();
   expect(torch::equal(call(), want) && gathers() == plainGathers, "the next call is a plain, exact call");
@@ -126,9 +128,10 @@ std::vector<std::string> runRank(int rank, int port) {
     rt::UnshardedScope scope(m, {"a", "nope"});
   } catch (const std::exception& e) {
     refused = std::string(e.what()).find("'nope' is not a unit of the module (its units: '.', 'a', 'b')") !=
-              std::string::npos;
+                  std::string::npos &&
+              rt::errorKindOf(e) == rt::ErrorKind::kBadInput;
   }
-  expect(refused && gathers() == 0, "an unknown unit is refused before anything is gathered");
+  expect(refused && gathers() == 0, "an unknown unit is refused (errorKindOf: bad-input) before anything is gathered");
 
   {
     rt::UnshardedScope scope(m);
