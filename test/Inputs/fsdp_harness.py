@@ -172,6 +172,22 @@ def sharded(t, orig, out, *flags):
     return out if t.check(r.returncode == 0, "fsdp-opt " + " ".join(str(f) for f in flags), r.describe()) else None
 
 
+def gpt_generate_rank_files(t, out_dir, world, new_tokens, *flags):
+    """The setup of the failure tests (a peer that dies, stalls, or is killed under fsdp-run):
+    fsdp_models' 2-layer GPT with the root a unit and `generate` registered, saved to
+    OUT_DIR/gpt.pt; its example prompt and `new_tokens` saved as OUT_DIR/in.pt; the GPT sharded
+    with --fsdp-unit=blocks.* (and `flags`) for `world` ranks into OUT_DIR/w{world}, checked with
+    Test `t`. Returns (inputs, rank-file dir), or None when fsdp-opt failed."""
+    import fsdp_models as fm
+    src = os.path.join(out_dir, "gpt.pt")
+    if not os.path.exists(src):
+        fm.save(fm.mark(fm.make("gpt", n_layer=2), units=["."], forward_methods={".": ["generate"]}), src)
+    inputs = os.path.join(out_dir, "in.pt")
+    fm.save_inputs((fm.example_inputs("gpt")[0], new_tokens), inputs)
+    d = sharded(t, src, os.path.join(out_dir, "w%d" % world), "--world-size=%d" % world, "--fsdp-unit=blocks.*", *flags)
+    return (inputs, d) if d else None
+
+
 def distinct_named_parameters(module):
     """name -> parameter, each tensor once (tied ones under their first name): what an optimizer
     steps and what a reference compares."""

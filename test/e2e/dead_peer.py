@@ -15,7 +15,6 @@ import sys
 import time
 
 import fsdp_harness as h
-import fsdp_models as fm
 
 TIMEOUT_S = 10
 SLACK_S = 5          # on top of TIMEOUT_S, for the failing call itself
@@ -56,19 +55,14 @@ def main():
     out_dir = sys.argv[-1]
     os.environ["FSDP_OPT_TIMEOUT_S"] = str(TIMEOUT_S)
     t = h.Test("dead_peer")
-    src = os.path.join(out_dir, "gpt.pt")
-    fm.save(fm.mark(fm.make("gpt", n_layer=2), units=["."], forward_methods={".": ["generate"]}), src)
-    inputs = os.path.join(out_dir, "in.pt")
-    fm.save_inputs((fm.example_inputs("gpt")[0], 4), inputs)
-
     summary = []
     victims = {2: (1, "exit"), 3: (0, "sigkill")}  # world size -> (victim rank, how it dies)
     for world in (world_arg,):
         victim, how = victims[world]
-        d = os.path.join(out_dir, "w%d" % world)
-        r = h.fsdp_opt(src, "--world-size=%d" % world, "--fsdp-unit=blocks.*", "-o", d)
-        if not t.check(r.returncode == 0, "W=%d fsdp-opt" % world, r.describe() if r.returncode else ""):
+        files = h.gpt_generate_rank_files(t, out_dir, world, 4)
+        if not files:
             continue
+        inputs, d = files
         label = "W=%d, rank %d dies (%s)" % (world, victim, "os._exit(1)" if how == "exit" else "SIGKILL")
         sync = os.path.join(out_dir, "sync%d" % world)
         os.makedirs(sync)

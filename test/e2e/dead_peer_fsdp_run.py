@@ -15,7 +15,6 @@ import tempfile
 import time
 
 import fsdp_harness as h
-import fsdp_models as fm
 
 TIMEOUT_S = 10
 SLACK_S = 10
@@ -44,14 +43,10 @@ def children(pid):
 def main():
     out_dir = sys.argv[1]
     t = h.Test("dead_peer_fsdp_run")
-    src = os.path.join(out_dir, "gpt.pt")
-    fm.save(fm.mark(fm.make("gpt", n_layer=2), units=["."], forward_methods={".": ["generate"]}), src)
-    inputs = os.path.join(out_dir, "in.pt")
-    fm.save_inputs((fm.example_inputs("gpt")[0], 4), inputs)
-    d = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(src, "--world-size=2", "--fsdp-unit=blocks.*", "-o", d)
-    if not t.check(r.returncode == 0, "W=2 fsdp-opt", r.describe() if r.returncode else ""):
+    files = h.gpt_generate_rank_files(t, out_dir, 2, 4)
+    if not files:
         return t.finish("")
+    inputs, d = files
 
     with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
         p = subprocess.Popen([h.which("fsdp-run"), d, "--method=generate", "--inputs=" + inputs,

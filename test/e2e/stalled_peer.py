@@ -12,7 +12,6 @@ import sys
 import time
 
 import fsdp_harness as h
-import fsdp_models as fm
 
 TIMEOUT_S = 10
 SLACK_S = 5
@@ -45,14 +44,10 @@ def main():
     out_dir = sys.argv[1]
     os.environ["FSDP_OPT_TIMEOUT_S"] = str(TIMEOUT_S)
     t = h.Test("stalled_peer")
-    src = os.path.join(out_dir, "gpt.pt")
-    fm.save(fm.mark(fm.make("gpt", n_layer=2), units=["."], forward_methods={".": ["generate"]}), src)
-    inputs = os.path.join(out_dir, "in.pt")
-    fm.save_inputs((fm.example_inputs("gpt")[0], 3), inputs)
-    d = os.path.join(out_dir, "w2")
-    r = h.fsdp_opt(src, "--world-size=2", "--fsdp-unit=blocks.*", "-o", d)
-    if not t.check(r.returncode == 0, "W=2 fsdp-opt", r.describe() if r.returncode else ""):
+    files = h.gpt_generate_rank_files(t, out_dir, 2, 3)
+    if not files:
         return t.finish("")
+    inputs, d = files
     marker = os.path.join(out_dir, "rank0-done")
     results = h.run_ranks(2, rank_main, {"dir": d, "inputs": inputs, "marker": marker}, timeout=60 + 3 * TIMEOUT_S)
     if not t.check(all(r.ok for r in results), "W=2: both ranks finished (none hung)", h.describe_ranks(results)):
