@@ -99,48 +99,48 @@
 # ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
-# Columns after loop and configuration: ms, / unsharded, / FSDP2 T, CPU ms, then all-gathers,
+# Columns after loop and configuration: ms, / unsharded, / lockstep, / FSDP2 T, CPU ms, then all-gathers,
 # other collectives, bytes gathered, peak unsharded, tokens equal.
 # DECODE: model kv: KVDecoder n_layer=2 d=32 {{.*}} least budget 51200 bytes (root + one layer = 51200)
 # DECODE-NEXT: model hf: traced GPT-2 n_layer=2 {{.*}} least budget 249600 bytes (root + one layer = 249600)
 # DECODE: | loop
 # DECODE-NEXT: |---
-# DECODE-NEXT: | (a) while {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (a) while {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, eager HF generate {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 12 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
-# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 3 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, eager HF generate {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 12 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 3 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE: target (a) while     budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
 # DECODE: target (b) for+break budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
 # DECODE: target (c) KV cache  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
