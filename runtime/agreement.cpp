@@ -6,13 +6,12 @@
 // `like`'s device (a parameter of a unit the loop gathers, so a CUDA job agrees over NCCL and a
 // CPU job over Gloo, the same on every rank): the fingerprint envelope (envelope.h, 512 bytes
 // per rank or more) with the 8-byte flag inside. At world size 1 there is nothing to exchange.
-#include <torch/library.h>
-
 #include <ATen/ATen.h>
 
 #include <algorithm>
 #include <cstring>
 
+#include "agreement.h"
 #include "collective_order.h"
 #include "envelope.h"
 #include "errors.h"
@@ -59,24 +58,15 @@ std::vector<int64_t> exchange(int64_t value, const at::Tensor& like, const char*
   return values;
 }
 
-bool rankAnyOp(bool flag, at::Tensor like) {
-  // Recorded like every other op (ops.cpp): fsdp-run learns a failure's kind from it.
-  detail::clearLastOpError();
-  try {
-    auto flags = exchange(flag ? 1 : 0, like, "fsdp::rank_any");
-    return std::any_of(flags.begin(), flags.end(), [](int64_t f) { return f != 0; });
-  } catch (const std::exception& e) {
-    detail::setLastOpError(detail::kindOr(e, ErrorKind::kInternal), detail::describeException(e));
-    throw;
-  }
+}  // namespace
+
+namespace detail {
+
+bool rankAny(bool flag, const at::Tensor& like) {
+  auto flags = exchange(flag ? 1 : 0, like, "fsdp::rank_any");
+  return std::any_of(flags.begin(), flags.end(), [](int64_t f) { return f != 0; });
 }
 
-}  // namespace
+}  // namespace detail
 }  // namespace runtime
 }  // namespace fsdp_opt
-
-TORCH_LIBRARY_FRAGMENT(fsdp, m) {
-  // CONSERVATIVE like every fsdp:: op: a collective must never be moved or eliminated.
-  constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
-  m.def(torch::schema("rank_any(bool flag, Tensor like) -> bool", kConservative), fsdp_opt::runtime::rankAnyOp);
-}

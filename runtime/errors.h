@@ -53,6 +53,20 @@ std::string describeException(const std::exception& e);
 void clearLastOpError();
 void setLastOpError(ErrorKind kind, const std::string& message);
 
+/// Runs the body of an fsdp:: op: the interpreter rethrows an op's exception as a plain error,
+/// so the op records its failure's kind and text for the thread (fsdp::last_error) before the
+/// exception goes on. Every op runs under it but last_error and unit_call (ops.cpp).
+template <typename Op>
+auto recordedOp(Op&& op) -> decltype(op()) {
+  clearLastOpError();
+  try {
+    return op();
+  } catch (const std::exception& e) {
+    setLastOpError(kindOr(e, ErrorKind::kInternal), describeException(e));
+    throw;
+  }
+}
+
 }  // namespace detail
 }  // namespace runtime
 }  // namespace fsdp_opt

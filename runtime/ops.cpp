@@ -1,13 +1,17 @@
-// TorchScript op registrations of the `fsdp` namespace (docs/design.md, "Ops").
+// The catalogue of the `fsdp` namespace's TorchScript ops (docs/design.md, "Ops"): every op's
+// schema is registered here and nowhere else, each a thin wrapper over the part of the runtime
+// that does the work (unshard_state.h, agreement.h, training.h, unsharded_scope_state.h).
 //
 // Every op is CONSERVATIVE: they mutate module state the schema language cannot name
 // (parameters reached through prim::GetAttr), so TorchScript must neither eliminate them nor
 // move parameter reads across them.
 //
-// Every op but last_error and unit_call (which does nothing) runs under recorded(): the interpreter rethrows an op's exception as
-// a plain error, so the op keeps its failure's kind for the thread (errors.h). TorchScript cannot
+// Every op but last_error and unit_call (which does nothing) runs under recordedOp(): the
+// interpreter rethrows an op's exception as a plain error, so the op keeps its failure's kind
+// for the thread (errors.h). TorchScript cannot
 // catch exceptions, so after a scripted call fails, the last fsdp:: op either raised that error
 // or succeeded (then the failure is not the runtime's).
+#include <torch/csrc/jit/api/module.h>
 #include <torch/library.h>
 
 #include <ATen/core/Dict.h>
@@ -18,26 +22,18 @@
 #include <tuple>
 #include <vector>
 
+#include "agreement.h"
 #include "errors.h"
 #include "fsdp_opt/runtime.h"
 #include "process_group.h"
+#include "training.h"
 #include "unshard_state.h"
+#include "unsharded_scope_state.h"
 
 namespace {
 
 using fsdp_opt::runtime::ErrorKind;
 namespace detail = fsdp_opt::runtime::detail;
-
-template <typename Op>
-auto recorded(Op&& op) -> decltype(op()) {
-  detail::clearLastOpError();
-  try {
-    return op();
-  } catch (const std::exception& e) {
-    detail::setLastOpError(detail::kindOr(e, ErrorKind::kInternal), detail::describeException(e));
-    throw;
-  }
-}
 
 std::optional<at::ScalarType> dtypeOf(const c10::optional<at::ScalarType>& paramDtype) {
   if (paramDtype.has_value()) return *paramDtype;
@@ -46,7 +42,7 @@ std::optional<at::ScalarType> dtypeOf(const c10::optional<at::ScalarType>& param
 
 std::vector<at::Tensor> allGatherOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                                     std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  return recorded([&] {
+  return detail::recordedOp([&] {
     if (at::GradMode::is_enabled()) detail::noteGatherDtype(params, dtypeOf(paramDtype));
     return detail::allGather(params, fullRows, unit, dtypeOf(paramDtype));
   });
@@ -54,12 +50,12 @@ std::vector<at::Tensor> allGatherOp(std::vector<at::Tensor> params, std::vector<
 
 std::vector<at::Tensor> allGatherNoCastOp(std::vector<at::Tensor> params,
                                           std::vector<int64_t> fullRows, std::string unit) {
-  return recorded([&] { return detail::allGather(params, fullRows, unit, std::nullopt); });
+  return detail::recordedOp([&] { return detail::allGather(params, fullRows, unit, std::nullopt); });
 }
 
 int64_t allGatherStartOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                          std::string unit, c10::optional<at::ScalarType> paramDtype) {
-  return recorded([&] {
+  return detail::recordedOp([&] {
     if (at::GradMode::is_enabled()) detail::noteGatherDtype(params, dtypeOf(paramDtype));
     return detail::allGatherStart(params, fullRows, unit, dtypeOf(paramDtype));
   });
@@ -67,23 +63,23 @@ int64_t allGatherStartOp(std::vector<at::Tensor> params, std::vector<int64_t> fu
 
 int64_t allGatherStartNoCastOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows,
                                std::string unit) {
-  return recorded([&] { return detail::allGatherStart(params, fullRows, unit, std::nullopt); });
+  return detail::recordedOp([&] { return detail::allGatherStart(params, fullRows, unit, std::nullopt); });
 }
 
 std::vector<at::Tensor> allGatherWaitOp(int64_t handle) {
-  return recorded([&] { return detail::allGatherWait(handle); });
+  return detail::recordedOp([&] { return detail::allGatherWait(handle); });
 }
 
 bool hasCudaBackendOp() {
-  return recorded([] { return fsdp_opt::runtime::hasCudaBackend(); });
+  return detail::recordedOp([] { return fsdp_opt::runtime::hasCudaBackend(); });
 }
 
 void reshardOp(std::vector<at::Tensor> params, std::string unit) {
-  recorded([&] { detail::reshard(params, unit); });
+  detail::recordedOp([&] { detail::reshard(params, unit); });
 }
 
 void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
-  recorded([&] {
+  detail::recordedOp([&] {
     detail::checkRank(rank, worldSize, manifestSha256);
     detail::startEntryCall();
   });
@@ -97,11 +93,11 @@ void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
 void unitCallOp(std::string /*unit*/) {}
 
 void releaseAllOp() {
-  recorded([] { fsdp_opt::runtime::releaseAll(); });
+  detail::recordedOp([] { fsdp_opt::runtime::releaseAll(); });
 }
 
 c10::Dict<std::string, int64_t> statsOp() {
-  return recorded([] {
+  return detail::recordedOp([] {
     c10::Dict<std::string, int64_t> out;
     for (const auto& kv : fsdp_opt::runtime::stats().items()) out.insert(kv.first, kv.second);
     return out;
@@ -109,12 +105,12 @@ c10::Dict<std::string, int64_t> statsOp() {
 }
 
 void resetStatsOp() {
-  recorded([] { fsdp_opt::runtime::resetStats(); });
+  detail::recordedOp([] { fsdp_opt::runtime::resetStats(); });
 }
 
 void initProcessGroupOp(int64_t rank, int64_t worldSize, std::string masterAddr,
                         int64_t masterPort) {
-  recorded([&] {
+  detail::recordedOp([&] {
     FSDP_CHECK(rank >= 0 && rank <= INT32_MAX && worldSize >= 1 && worldSize <= INT32_MAX &&
                    masterPort >= 0 && masterPort <= 65535,
                ErrorKind::kBadInput, "fsdp::init_process_group: bad arguments rank=", rank,
@@ -125,7 +121,41 @@ void initProcessGroupOp(int64_t rank, int64_t worldSize, std::string masterAddr,
 }
 
 void destroyProcessGroupOp() {
-  recorded([] { fsdp_opt::runtime::destroyProcessGroup(); });
+  detail::recordedOp([] { fsdp_opt::runtime::destroyProcessGroup(); });
+}
+
+bool rankAnyOp(bool flag, at::Tensor like) {
+  return detail::recordedOp([&] { return detail::rankAny(flag, like); });
+}
+
+void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
+                    c10::IValue outputs, c10::IValue inputs, int64_t maxUnshardedBytes) {
+  detail::recordedOp([&] {
+    detail::backwardHook(std::move(params), std::move(fullRows), std::move(unit), std::move(outputs),
+                         std::move(inputs), maxUnshardedBytes);
+  });
+}
+
+void replicatedParamsOp(std::vector<at::Tensor> params) {
+  detail::recordedOp([&] { detail::replicatedParams(std::move(params)); });
+}
+
+std::tuple<int64_t, std::vector<std::string>, int64_t, int64_t> unshardedScopeOpenOp(
+    c10::IValue module, std::vector<std::string> units) {
+  return detail::recordedOp([&] {
+    FSDP_CHECK(module.isObject() && module.toObjectRef().type()->is_module(), ErrorKind::kBadInput,
+               "fsdp::unsharded_scope_open: expected a TorchScript module, got ", module.tagKind());
+    detail::ScopeOpened opened = detail::openScope(torch::jit::Module(module.toObject()), units);
+    return std::make_tuple(opened.id, opened.units, opened.bytes, opened.collectives);
+  });
+}
+
+void unshardedScopeCloseOp(int64_t id) {
+  detail::recordedOp([&] { detail::closeScope(id); });
+}
+
+int64_t unshardedScopesOpenOp() {
+  return detail::recordedOp([] { return detail::openScopeCount(); });
 }
 
 // Not recorded: reading the record must not clear it.
@@ -174,4 +204,19 @@ TORCH_LIBRARY(fsdp, m) {
   m.def(torch::schema("destroy_process_group() -> ()", kConservative), destroyProcessGroupOp);
   m.def(torch::schema("has_cuda_backend() -> bool", kConservative), hasCudaBackendOp);
   m.def(torch::schema("last_error() -> (str kind, str message)", kConservative), lastErrorOp);
+  // The rank-uniform loops' agreement (agreement.h).
+  m.def(torch::schema("rank_any(bool flag, Tensor like) -> bool", kConservative), rankAnyOp);
+  // Training (training.h).
+  m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs, "
+                      "int max_unsharded_bytes) -> ()",
+                      kConservative),
+        backwardHookOp);
+  m.def(torch::schema("replicated_params(Tensor[] params) -> ()", kConservative), replicatedParamsOp);
+  // Unshard scopes (unsharded_scope_state.h; fsdp_opt.unsharded and UnshardedScope).
+  m.def(torch::schema("unsharded_scope_open(Any module, str[] units) -> (int id, str[] units, int bytes, "
+                      "int collectives)",
+                      kConservative),
+        unshardedScopeOpenOp);
+  m.def(torch::schema("unsharded_scope_close(int id) -> ()", kConservative), unshardedScopeCloseOp);
+  m.def(torch::schema("unsharded_scopes_open() -> int", kConservative), unshardedScopesOpenOp);
 }

@@ -23,8 +23,6 @@
 // The sum over ranks is done in rank order, ((g0 + g1) + g2) + ..., after an all-to-all that
 // brings each rank every rank's rows of its shard (a reduce-scatter whose additions one process
 // can reproduce bit for bit at any world size; docs/design.md "Training").
-#include <torch/library.h>
-
 #include <c10/util/accumulate.h>
 
 #include <ATen/ATen.h>
@@ -50,6 +48,7 @@
 #include "fsdp_opt/runtime.h"
 #include "process_group.h"
 #include "shard_layout.h"
+#include "training.h"
 #include "unshard_state.h"
 #include "unsharded_scope_state.h"
 
@@ -562,8 +561,10 @@ void tensorsRequiringGrad(const c10::IValue& value, std::vector<at::Tensor>& out
   }
 }
 
-void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
-                    c10::IValue outputs, c10::IValue inputs, int64_t maxUnshardedBytes) {
+}  // namespace
+
+void backwardHook(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
+                  c10::IValue outputs, c10::IValue inputs, int64_t maxUnshardedBytes) {
   if (!at::GradMode::is_enabled()) return;
   {
     // A backward that raised never ran its callback: its holds are still there when the next
@@ -631,7 +632,7 @@ void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRow
   }
 }
 
-void replicatedParamsOp(std::vector<at::Tensor> params) {
+void replicatedParams(std::vector<at::Tensor> params) {
   if (!at::GradMode::is_enabled()) return;
   if (ensureGroup().world == 1) return;
   for (const at::Tensor& p : params) {
@@ -667,8 +668,6 @@ void replicatedParamsOp(std::vector<at::Tensor> params) {
   }
 }
 
-}  // namespace
-
 void noteGatherDtype(const std::vector<at::Tensor>& params, std::optional<at::ScalarType> paramDtype) {
   std::lock_guard<std::mutex> lock(trainingMutex());
   for (const at::Tensor& p : params) {
@@ -696,13 +695,3 @@ void finishAbandonedBackward() {
 }  // namespace detail
 }  // namespace runtime
 }  // namespace fsdp_opt
-
-TORCH_LIBRARY_FRAGMENT(fsdp, m) {
-  constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
-  m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs, "
-                      "int max_unsharded_bytes) -> ()",
-                      kConservative),
-        fsdp_opt::runtime::detail::backwardHookOp);
-  m.def(torch::schema("replicated_params(Tensor[] params) -> ()", kConservative),
-        fsdp_opt::runtime::detail::replicatedParamsOp);
-}

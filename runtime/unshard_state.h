@@ -40,19 +40,6 @@ void countAgreement();
 /// and one gradient summed over the ranks.
 void noteUnshardedGradBytes(int64_t delta);
 void countGradReduction();
-/// After a backward that raised (training.cpp): lets go of what it gathered, waits for the
-/// gathers it started ahead, and gives the parameters back the .grad they had. A no-op otherwise.
-void finishAbandonedBackward();
-/// Every entry method starts here (check_rank): finishAbandonedBackward(), and a new forward for
-/// backward prefetch, which starts gathers only of calls of the forward that made the call it
-/// gathers (an older forward's graph kept alive is not part of this backward, and which graphs
-/// a rank keeps may depend on its data).
-void startEntryCall();
-/// A gather in grad mode (ops.cpp, before the gather): records whether `params` are gathered
-/// cast to a param dtype, so that a backward through them raises a clear error instead of
-/// running on what forward saved in another dtype (training with --param-dtype is not
-/// supported; docs/design.md "Training").
-void noteGatherDtype(const std::vector<at::Tensor>& params, std::optional<at::ScalarType> paramDtype);
 /// The parameter and gradient bytes unsharded now (stats' unsharded_bytes +
 /// unsharded_grad_bytes, which reset_stats keeps): what --max-unsharded-bytes bounds (SPEC 10).
 int64_t unshardedParamAndGradBytesNow();

@@ -27,7 +27,6 @@
 #include "unsharded_scope_state.h"
 
 #include <torch/csrc/jit/api/module.h>
-#include <torch/library.h>
 
 #include <ATen/ATen.h>
 
@@ -45,6 +44,7 @@
 #include "fsdp_opt/runtime.h"
 #include "fsdp_opt/unsharded_scope.h"
 #include "process_group.h"
+#include "training.h"
 #include "unshard_state.h"
 
 namespace fsdp_opt {
@@ -395,46 +395,3 @@ void UnshardedScope::close() {
 
 }  // namespace runtime
 }  // namespace fsdp_opt
-
-namespace {
-
-std::tuple<int64_t, std::vector<std::string>, int64_t, int64_t> openOp(c10::IValue module,
-                                                                      std::vector<std::string> units) {
-  namespace detail = fsdp_opt::runtime::detail;
-  detail::clearLastOpError();
-  try {
-    FSDP_CHECK(module.isObject() && module.toObjectRef().type()->is_module(),
-               fsdp_opt::runtime::ErrorKind::kBadInput,
-               "fsdp::unsharded_scope_open: expected a TorchScript module, got ", module.tagKind());
-    detail::ScopeOpened opened = detail::openScope(torch::jit::Module(module.toObject()), units);
-    return {opened.id, opened.units, opened.bytes, opened.collectives};
-  } catch (const std::exception& e) {
-    detail::setLastOpError(detail::kindOr(e, fsdp_opt::runtime::ErrorKind::kInternal), detail::describeException(e));
-    throw;
-  }
-}
-
-void closeOp(int64_t id) {
-  namespace detail = fsdp_opt::runtime::detail;
-  detail::clearLastOpError();
-  try {
-    detail::closeScope(id);
-  } catch (const std::exception& e) {
-    detail::setLastOpError(detail::kindOr(e, fsdp_opt::runtime::ErrorKind::kInternal), detail::describeException(e));
-    throw;
-  }
-}
-
-int64_t countOp() { return fsdp_opt::runtime::detail::openScopeCount(); }
-
-}  // namespace
-
-TORCH_LIBRARY_FRAGMENT(fsdp, m) {
-  constexpr auto kConservative = c10::AliasAnalysisKind::CONSERVATIVE;
-  m.def(torch::schema("unsharded_scope_open(Any module, str[] units) -> (int id, str[] units, int bytes, "
-                      "int collectives)",
-                      kConservative),
-        openOp);
-  m.def(torch::schema("unsharded_scope_close(int id) -> ()", kConservative), closeOp);
-  m.def(torch::schema("unsharded_scopes_open() -> int", kConservative), countOp);
-}
