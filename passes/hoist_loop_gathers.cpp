@@ -60,23 +60,6 @@ class LoopHoister {
     }
   }
 
-  // The nodes of `body` that `gather` depends on, if all are invariant reads; else false.
-  bool invariantOperands(torch::jit::Node* gather, torch::jit::Node* loop,
-                         std::set<torch::jit::Node*>& nodes) {
-    std::vector<torch::jit::Value*> work(gather->inputs().begin(), gather->inputs().end());
-    while (!work.empty()) {
-      torch::jit::Value* value = work.back();
-      work.pop_back();
-      torch::jit::Node* producer = value->node();
-      if (!isInside(producer, loop)) continue;
-      if (!isOperandRead(producer) || producer->owningBlock() != loop->blocks()[0]) return false;
-      if (nodes.insert(producer).second) {
-        for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
-      }
-    }
-    return true;
-  }
-
   static bool isInside(torch::jit::Node* node, torch::jit::Node* loop) {
     for (torch::jit::Block* block = node->owningBlock(); block->owningNode(); block = block->owningNode()->owningBlock()) {
       if (block->owningNode() == loop) return true;
@@ -110,8 +93,10 @@ class LoopHoister {
       torch::jit::Node* gather = candidate.issue();
       const Unit* unit = gathers_.unit(candidate);
       torch::jit::Node* reshard = candidate.reshard();
-      std::set<torch::jit::Node*> operands;
-      if (!unit || !reshard || !invariantOperands(gather, loop, operands)) continue;
+      // Loop-invariant: everything it reads inside the loop is a read of values from outside.
+      auto reads = operandReadsIn(gather, [&](torch::jit::Node* n) { return isInside(n, loop); });
+      if (!unit || !reshard || !reads) continue;
+      std::set<torch::jit::Node*> operands = std::move(*reads);
       std::map<torch::jit::Node*, std::set<const Unit*>> trial = across;
       trial[loop].insert(unit);
       int64_t peak = cost.peak({}, trial);

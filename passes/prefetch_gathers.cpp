@@ -57,22 +57,6 @@ class Prefetcher {
     }
   }
 
-  // The pure reads between `after` and `gather` that the gather depends on; false if it also
-  // depends on anything else produced there.
-  bool movableOperands(torch::jit::Node* after, torch::jit::Node* gather, std::set<torch::jit::Node*>& nodes) {
-    std::vector<torch::jit::Value*> work(gather->inputs().begin(), gather->inputs().end());
-    while (!work.empty()) {
-      torch::jit::Node* producer = work.back()->node();
-      work.pop_back();
-      if (producer->owningBlock() != gather->owningBlock() || !after->isBefore(producer)) continue;
-      if (!isOperandRead(producer)) return false;
-      if (nodes.insert(producer).second) {
-        for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
-      }
-    }
-    return true;
-  }
-
   // Linear in the block's nodes: the block's open gathers are tracked while walking its gathers
   // in order (a model of 1024 units is one block of 1024 gathers; bench/pass_scaling.py).
   int prefetchIn(torch::jit::Block* block) {
@@ -120,8 +104,13 @@ class Prefetcher {
                                                      std::to_string(budget_));
         continue;
       }
-      std::set<torch::jit::Node*> operands;
-      if (!movableOperands(previous, gather, operands)) continue;
+      // Only the reads between `previous` and the gather move with it; anything else they
+      // depend on there keeps the gather where it is.
+      auto reads = operandReadsIn(gather, [&](torch::jit::Node* n) {
+        return n->owningBlock() == gather->owningBlock() && previous->isBefore(n);
+      });
+      if (!reads) continue;
+      std::set<torch::jit::Node*> operands = std::move(*reads);
       if (assignments_.between(previous, gather)) {
         context_.diagnostics().remark(kPassName, "no prefetch of unit '" + displayPath(unit->path) + "' in " + where_ +
                                                      ": the code before it may reassign a submodule or a parameter (prim::SetAttr)");

@@ -99,6 +99,22 @@ bool isOperandRead(const torch::jit::Node* node) {
          kind == c10::prim::unchecked_cast || kind == c10::Symbol::fromQualString("aten::join");
 }
 
+std::optional<std::set<torch::jit::Node*>> operandReadsIn(torch::jit::Node* node,
+                                                          const std::function<bool(torch::jit::Node*)>& inRegion) {
+  std::set<torch::jit::Node*> reads;
+  std::vector<torch::jit::Value*> work(node->inputs().begin(), node->inputs().end());
+  while (!work.empty()) {
+    torch::jit::Node* producer = work.back()->node();
+    work.pop_back();
+    if (!inRegion(producer)) continue;
+    if (!isOperandRead(producer) || producer->owningBlock() != node->owningBlock()) return std::nullopt;
+    if (reads.insert(producer).second) {
+      for (torch::jit::Value* input : producer->inputs()) work.push_back(input);
+    }
+  }
+  return reads;
+}
+
 bool isBackwardHookPart(const torch::jit::Node* node) {
   if (node->kind() == ops::backwardHook()) return true;
   if (node->kind() != c10::prim::TupleConstruct) return false;

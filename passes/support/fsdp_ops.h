@@ -11,6 +11,7 @@
 
 #include <functional>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -83,6 +84,11 @@ std::vector<GatherOp> gathersIn(torch::jit::Block* block);
 // A node that only reads what a gather takes as operands (prim::GetAttr chains, the lists and
 // constants built from them, a bucket's joined unit names): such nodes may move with their gather.
 bool isOperandRead(const torch::jit::Node* node);
+// What moving `node` (a gather) out of a region must move with it: the nodes it depends on
+// among those `inRegion` picks, when every one of them is an operand read in the node's own
+// block; nullopt when it depends on anything else computed in the region.
+std::optional<std::set<torch::jit::Node*>> operandReadsIn(torch::jit::Node* node,
+                                                          const std::function<bool(torch::jit::Node*)>& inRegion);
 // An fsdp::backward_hook, or a tuple built only for one: it neither reads a parameter nor
 // changes what forward computes, so schedules treat it as absent.
 bool isBackwardHookPart(const torch::jit::Node* node);
