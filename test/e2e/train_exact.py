@@ -26,10 +26,8 @@
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s --model gpt --worlds 1,2,3,4 --optim sgd,adamw %t
 # RUN: %python %s --model gpt --worlds 2 --optim adamw --mode accumulate %t
-# RUN: %python %s --model vit --worlds 1,2 --optim sgd,adamw %t
-# RUN: %python %s --model resnet --worlds 1,2 --optim sgd,adamw %t
-# RUN: %python %s --model resnet_features --worlds 1,2 --optim sgd,adamw %t
-# RUN: %python %s --model two_paths --worlds 1,2 --optim sgd,adamw %t
+# The other models run from train_exact_models.py: one lit test of all seven ran close to lit's
+# 300 s limit on a busy 2-core machine.
 # RUN: %python %s --model gpt --worlds 2 --optim sgd --full-state %t
 
 import argparse
