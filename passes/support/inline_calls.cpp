@@ -19,7 +19,7 @@ torch::jit::Function* calleeOf(torch::jit::Node* call) {
   return type ? type->findMethod(call->s(c10::attr::name)) : nullptr;
 }
 
-bool CollectiveReach::reaches(torch::jit::Function* function) {
+bool CallTreeSearch::reaches(torch::jit::Function* function) {
   auto known = memo_.find(function);
   if (known != memo_.end()) return known->second;
   memo_[function] = false;  // guards the walk only
@@ -27,8 +27,8 @@ bool CollectiveReach::reaches(torch::jit::Function* function) {
   return memo_[function] = found;
 }
 
-bool CollectiveReach::reaches(torch::jit::Node* node) {
-  if (ops::isCollective(node)) return true;
+bool CallTreeSearch::reaches(torch::jit::Node* node) {
+  if (matches_(node)) return true;
   if (node->kind() == c10::prim::CallMethod) {
     torch::jit::Function* callee = calleeOf(node);
     if (callee && reaches(callee)) return true;
@@ -39,12 +39,14 @@ bool CollectiveReach::reaches(torch::jit::Node* node) {
   return false;
 }
 
-bool CollectiveReach::reaches(torch::jit::Block* block) {
+bool CallTreeSearch::reaches(torch::jit::Block* block) {
   for (torch::jit::Node* node : block->nodes()) {
     if (reaches(node)) return true;
   }
   return false;
 }
+
+CollectiveReach::CollectiveReach() : CallTreeSearch([](torch::jit::Node* node) { return ops::isCollective(node); }) {}
 
 bool hasConstantTrips(torch::jit::Node* loop) {
   torch::jit::Block* body = loop->blocks()[0];
@@ -56,27 +58,10 @@ bool hasConstantTrips(torch::jit::Node* loop) {
          isTrue(body->outputs()[0]);
 }
 
-bool DivergentLoopReach::reaches(torch::jit::Function* function) {
-  auto known = memo_.find(function);
-  if (known != memo_.end()) return known->second;
-  memo_[function] = false;  // guards the walk only
-  bool found = reaches(graphOf(function)->block());
-  return memo_[function] = found;
-}
-
-bool DivergentLoopReach::reaches(torch::jit::Block* block) {
-  for (torch::jit::Node* node : block->nodes()) {
-    if (node->kind() == c10::prim::Loop && !hasConstantTrips(node) && collectives_.reaches(node)) return true;
-    if (node->kind() == c10::prim::CallMethod) {
-      torch::jit::Function* callee = calleeOf(node);
-      if (callee && reaches(callee)) return true;
-    }
-    for (torch::jit::Block* nested : node->blocks()) {
-      if (reaches(nested)) return true;
-    }
-  }
-  return false;
-}
+DivergentLoopReach::DivergentLoopReach(CollectiveReach& collectives)
+    : CallTreeSearch([&collectives](torch::jit::Node* node) {
+        return node->kind() == c10::prim::Loop && !hasConstantTrips(node) && collectives.reaches(node);
+      }) {}
 
 std::vector<std::string> inlineCalls(torch::jit::Block* block,
                                      const std::function<bool(torch::jit::Node* call)>& select) {

@@ -11,6 +11,7 @@
 #include <functional>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace fsdp_opt {
@@ -18,17 +19,26 @@ namespace fsdp_opt {
 // The method a prim::CallMethod calls, or nullptr.
 torch::jit::Function* calleeOf(torch::jit::Node* call);
 
-// Whether running code can issue a collective (a gather of either form, or an agreement of
-// ranks), directly or through the methods it calls. Memoized per method.
-class CollectiveReach {
+// Whether running code reaches a node `matches` picks: in the code itself, in its nested
+// blocks, or in the methods it calls, transitively. Memoized per method.
+class CallTreeSearch {
  public:
+  explicit CallTreeSearch(std::function<bool(torch::jit::Node*)> matches) : matches_(std::move(matches)) {}
   bool reaches(torch::jit::Function* function);
   // The node itself, its nested blocks, and what it calls.
   bool reaches(torch::jit::Node* node);
   bool reaches(torch::jit::Block* block);
 
  private:
+  std::function<bool(torch::jit::Node*)> matches_;
   std::map<torch::jit::Function*, bool> memo_;
+};
+
+// Whether running code can issue a collective (a gather of either form, or an agreement of
+// ranks), directly or through the methods it calls.
+class CollectiveReach : public CallTreeSearch {
+ public:
+  CollectiveReach();
 };
 
 // Whether a loop runs the same iterations on every rank: a constant trip count and a condition
@@ -37,17 +47,10 @@ bool hasConstantTrips(torch::jit::Node* loop);
 
 // Whether running a method can enter a loop whose trips may differ between ranks and whose body
 // issues collectives, directly or through the methods it calls. Such a loop needs the ranks to
-// agree each iteration unless the graph it ends up in already holds its units. Memoized.
-class DivergentLoopReach {
+// agree each iteration unless the graph it ends up in already holds its units.
+class DivergentLoopReach : public CallTreeSearch {
  public:
-  explicit DivergentLoopReach(CollectiveReach& collectives) : collectives_(collectives) {}
-  bool reaches(torch::jit::Function* function);
-
- private:
-  bool reaches(torch::jit::Block* block);
-
-  CollectiveReach& collectives_;
-  std::map<torch::jit::Function*, bool> memo_;
+  explicit DivergentLoopReach(CollectiveReach& collectives);
 };
 
 // Inlines into `block` (nested blocks included) every method call `select` picks, round after
