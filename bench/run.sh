@@ -2,8 +2,8 @@
 # Runs fsdp-opt's benchmarks and writes their tables (stdout), JSON (bench/results/) and plots
 # (docs/bench_*.png). The numbers in docs/benchmarks.md come from this command.
 #
-#   bash bench/run.sh            # full run: all six benchmarks (tens of minutes on 2 shared cores)
-#   bash bench/run.sh --quick    # smoke run of all six (what test/bench-smoke.py checks)
+#   bash bench/run.sh            # full run: all seven benchmarks (tens of minutes on 2 shared cores)
+#   bash bench/run.sh --quick    # smoke run of all seven (what test/bench-smoke.py checks)
 #
 # Environment: FSDP_OPT_VENV (the torch 2.x venv, default ~/.cache/fsdp-opt/venv-torch2),
 # FSDP_OPT_BUILD (default build/t2: bin/fsdp-opt, lib/libfsdp_runtime.so, lib/libfsdp_passes.so).
@@ -22,6 +22,7 @@ if [ "${1:-}" = "--quick" ]; then
   "$python" "$root/bench/train_step.py" --quick --build "$build"
   "$python" "$root/bench/entry_cost.py" --quick --build "$build"
   "$python" "$root/bench/decode_loops.py" --quick --build "$build"
+  "$python" "$root/bench/shard_model.py" --quick --build "$build"
   exit 0
 fi
 mkdir -p "$root/bench/results"
@@ -37,3 +38,5 @@ mkdir -p "$root/bench/results"
   --json "$root/bench/results/entry_cost.json"
 "$python" "$root/bench/decode_loops.py" --build "$build" \
   --json "$root/bench/results/decode_loops.json"
+"$python" "$root/bench/shard_model.py" --build "$build" \
+  --json "$root/bench/results/shard_model.json"

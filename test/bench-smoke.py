@@ -24,7 +24,9 @@
 # tokens equal its loop's unsharded run on both ranks, fsdp-opt gathers once per call without a
 # budget and 1 + 4 x (2 layers + head) = 13 times with it (GPT-2: 1 + 4 x 2 = 9), as --stats
 # predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
-# first token), at FSDP2 reshard=True's peak. Timings in --quick mode mean nothing and are not checked.
+# first token), at FSDP2 reshard=True's peak; shard_model.py shards a 64 MiB GPT at W=2 and W=8 with
+# fsdp-opt beside torch.jit.load + save in processes of their own, and every rank file's tensors
+# are bitwise the model's shards. Timings and peaks in --quick mode mean nothing and are not checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
@@ -33,6 +35,7 @@
 # RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
 # RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
 # RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
+# RUN: %python %S/../bench/shard_model.py --quick --work %t.shard | FileCheck %s --check-prefix=SHARD
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -149,3 +152,12 @@
 # DECODE: target (f) HF GPT-2  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (249600 vs 249600)
 # DECODE: fsdp-opt counts: as --stats predicts, nothing left unsharded after a call
 # DECODE-NEXT: tokens: every configuration of each loop equals its unsharded run on both ranks, every call
+#
+# SHARD: model: GPT n_layer=4 n_embd=512 vocab=8192
+# SHARD: | configuration | wall s | / load+save process | / load+save calls | peak RSS | / model |
+# SHARD: | load+save |
+# SHARD-NEXT: | fsdp-opt W=2 |
+# SHARD-NEXT: | fsdp-opt W=8 |
+# SHARD: W=2 rank files: every tensor bitwise the model's shard
+# SHARD-NEXT: W=8 rank files: every tensor bitwise the model's shard
+# SHARD: target peak RSS at W=8 <= 0.5x the model

@@ -19,6 +19,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <memory>
 #include <optional>
 #include <string>
 #include <utility>
@@ -54,9 +55,13 @@ TransformResult transform(const torch::jit::Module& module, const PipelineOption
                           InputModule input = InputModule::Keep);
 
 // Where the transformed module came from, for the manifest (SPEC section 6).
+class ParameterBytes;  // deferred_load.h
+
 struct ModuleSource {
   std::string path = "<in-memory module>";
   std::string sha256;  // of the input file; empty: of the module as serialised in memory
+  // Where the bytes of parameters loaded unread are (loadDeferringParameters); null: in memory.
+  std::shared_ptr<ParameterBytes> parameters;
 };
 
 // Writes the result of a transform as `fsdp-opt -o` does (fsdp-opt calls it): DIR/rank{r}.pt

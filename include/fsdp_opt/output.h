@@ -28,15 +28,22 @@ struct ManifestInput {
 std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan,
                           const ManifestInput& input);
 
+class ParameterBytes;  // deferred_load.h
+
 // Rank r's shard of a parameter: rows [r*c, min((r+1)*c, N)) zero-padded to c = ceil(N/W) rows.
-at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize);
+// With `bytes`, a parameter loaded unread has its rows read from the archive.
+at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize,
+                     const ParameterBytes* bytes = nullptr);
 
 // world size 1: one TorchScript archive at `path`, parameters whole.
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
-                     const std::string& path);
+                     const std::string& path, ParameterBytes* bytes = nullptr);
 
-// world size W > 1: DIR/rank{r}.pt holding only rank r's shards, and DIR/manifest.json.
+// world size W > 1: DIR/rank{r}.pt holding only rank r's shards, and DIR/manifest.json. Rank
+// files are written one after another; with `bytes`, each reads only its rows of the parameters
+// loaded unread, so the whole input is read once over all ranks.
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
-                           const std::string& manifestText, const std::string& dir);
+                           const std::string& manifestText, const std::string& dir,
+                           ParameterBytes* bytes = nullptr);
 
 }  // namespace fsdp_opt

@@ -4,6 +4,7 @@
 // (rank r's shard) and the root's rank attributes differ. So the writer swaps shards into the
 // slots, saves, and moves on; every slot of a tied parameter gets the SAME shard tensor, which
 // TorchScript's pickler stores once and loads as one tensor, so ties survive.
+#include <fsdp_opt/deferred_load.h>
 #include <fsdp_opt/output.h>
 
 #include "../support/fsdp_ops.h"
@@ -15,6 +16,9 @@
 #include <nlohmann/json.hpp>
 
 #include <filesystem>
+#if defined(__GLIBC__)
+#include <malloc.h>
+#endif
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
@@ -69,29 +73,59 @@ void setRankAttributes(torch::jit::Module& module, int64_t rank, int64_t worldSi
   module.setattr(kManifestHashAttr, manifestSha256);
 }
 
+// Whatever the saver will pickle from `module` gets its bytes: the writer defers only the rows
+// it cuts itself, so a parameter that a pass also put elsewhere is never saved unread.
+void materializeReachable(const torch::jit::Module& module, ParameterBytes* bytes) {
+  if (!bytes) return;
+  forEachReachableTensor(module._ivalue(), [&](const at::Tensor& tensor, bool) { bytes->materialize(tensor); });
+}
+
+// A rank's shards are freed before the next rank's are cut; glibc keeps freed heap pages
+// mapped, and would otherwise hold up to every rank's shards at once.
+void returnFreedMemory() {
+#if defined(__GLIBC__)
+  malloc_trim(0);
+#endif
+}
+
 }  // namespace
 
-at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize) {
+at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, const ParameterBytes* bytes) {
   at::NoGradGuard noGrad;
   int64_t rows = full.size(0);
   int64_t chunk = shardRows(rows, worldSize);
   std::vector<int64_t> shape = full.sizes().vec();
   shape[0] = chunk;
-  at::Tensor shard = at::zeros(shape, full.options());
   int64_t begin = std::min(rank * chunk, rows);
   int64_t count = std::min(chunk, rows - begin);
-  if (count > 0) shard.narrow(0, 0, count).copy_(full.narrow(0, begin, count));
+  if (bytes && count == chunk) {
+    if (at::Tensor inPlace = bytes->rowsInPlace(full, begin, count); inPlace.defined()) {
+      inPlace.set_requires_grad(full.requires_grad());
+      return inPlace;
+    }
+  }
+  at::Tensor shard = at::empty(shape, full.options().requires_grad(false));
+  at::Tensor filled = shard.narrow(0, 0, count);
+  if (count > 0) {
+    if (bytes) {
+      bytes->copyRows(full, begin, count, filled);
+    } else {
+      filled.copy_(full.narrow(0, begin, count));
+    }
+  }
+  if (count < chunk) shard.narrow(0, count, chunk - count).zero_();
   shard.set_requires_grad(full.requires_grad());
   return shard;
 }
 
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
-                     const std::string& path) {
+                     const std::string& path, ParameterBytes* bytes) {
   fs::path target(path);
   if (fs::is_directory(target)) throw std::runtime_error("output '" + path + "' is a directory; with --world-size=1 -o names a .pt file");
   fs::path temporary = temporarySibling(target, /*directory=*/false);
   try {
     setRankAttributes(module, 0, 1, manifestSha256);
+    materializeReachable(module, bytes);
     module.save(temporary.string());
     applyUmask(temporary, /*directory=*/false);
     fs::rename(temporary, target);
@@ -103,7 +137,8 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
 }
 
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
-                           const std::string& manifestText, const std::string& dir) {
+                           const std::string& manifestText, const std::string& dir,
+                           ParameterBytes* bytes) {
   fs::path target(dir);
   while (target.has_parent_path() && target.filename().empty()) target = target.parent_path();
   if (fs::exists(target) && !fs::is_directory(target)) {
@@ -119,16 +154,22 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int
   auto setSlots = [&](const GroupParam& param, const at::Tensor& value) {
     for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, value);
   };
+  auto restoreSlots = [&] {
+    for (const auto& unit : plan.units) {
+      for (const auto& param : unit.params) setSlots(param, param.tensor);
+    }
+  };
   try {
     for (int64_t rank = 0; rank < worldSize; ++rank) {
       for (const auto& unit : plan.units) {
-        for (const auto& param : unit.params) setSlots(param, makeShard(param.tensor, rank, worldSize));
+        for (const auto& param : unit.params) setSlots(param, makeShard(param.tensor, rank, worldSize, bytes));
       }
       setRankAttributes(module, rank, worldSize, manifestSha256);
+      materializeReachable(module, bytes);
       module.save((temporary / rankFileName(rank)).string());
-    }
-    for (const auto& unit : plan.units) {
-      for (const auto& param : unit.params) setSlots(param, param.tensor);
+      restoreSlots();
+      returnFreedMemory();
+      if (bytes) bytes->releasePages();
     }
     std::ofstream(temporary / kManifestFile) << manifestText;
     applyUmask(temporary, /*directory=*/true);
@@ -142,9 +183,7 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int
       fs::rename(temporary, target);
     }
   } catch (...) {
-    for (const auto& unit : plan.units) {
-      for (const auto& param : unit.params) setSlots(param, param.tensor);
-    }
+    restoreSlots();
     std::error_code ignored;
     fs::remove_all(temporary, ignored);
     throw;

@@ -59,6 +59,9 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
                              ", which gives every rank file its rank check; add it to --passes");
   }
   std::string sha256 = source.sha256;
+  if (sha256.empty() && source.parameters) {
+    throw std::logic_error("writeOutput: a module loaded with deferred parameters needs its input's sha256");
+  }
   if (sha256.empty()) {
     std::ostringstream serialized;
     result.module.save(serialized);
@@ -67,9 +70,9 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
   ManifestInput input{source.path, sha256, options.worldSize};
   std::string manifest = buildManifest(result.module, plan, input);
   if (options.worldSize == 1) {
-    writeSingleFile(result.module, sha256Hex(manifest), output);
+    writeSingleFile(result.module, sha256Hex(manifest), output, source.parameters.get());
   } else {
-    writeShardedDirectory(result.module, plan, options.worldSize, manifest, output);
+    writeShardedDirectory(result.module, plan, options.worldSize, manifest, output, source.parameters.get());
   }
 }
 

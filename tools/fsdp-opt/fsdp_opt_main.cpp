@@ -1,5 +1,6 @@
 // fsdp-opt: the `opt` of fsdp-opt. Parses flags, builds the pipeline, runs it, writes the output,
 // and maps the outcome to an exit code (0 ok, 1 bad input or failed pass, 2 bad usage).
+#include <fsdp_opt/deferred_load.h>
 #include <fsdp_opt/diagnostics.h>
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/output.h>
@@ -12,6 +13,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <future>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -105,13 +107,39 @@ int run(const Flags& flags) {
     if (!PassRegistry::global().find(name)) return fail("--print-ir-after names unknown pass '" + name + "'");
   }
 
-  std::string inputSha256;
+  // The input's hash (for the manifest) is read beside the load and the pipeline: on a large
+  // model it costs as much as the load itself.
+  std::future<std::string> inputSha256;
+  if (!flags.output.empty()) inputSha256 = std::async(std::launch::async, sha256OfFile, flags.input);
+  auto hashOrError = [&](std::string& error) {
+    if (!inputSha256.valid()) return std::string();
+    try {
+      return inputSha256.get();
+    } catch (const std::exception& e) {
+      error = e.what();
+      return std::string();
+    }
+  };
   torch::jit::Module module;
+  // Parameters stay on disk until the writer cuts each rank's rows (deferred_load.h).
+  std::shared_ptr<ParameterBytes> parameterBytes;
   try {
-    inputSha256 = sha256OfFile(flags.input);
-    module = torch::jit::load(flags.input);
+    DeferredLoad loaded = loadDeferringParameters(flags.input);
+    module = std::move(loaded.module);
+    parameterBytes = std::move(loaded.parameters);
+    // Said when it matters: a model too small to defer anything (64 KiB records) gets no line.
+    if (flags.remarks && (!parameterBytes || parameterBytes->deferredCount() > 0)) {
+      std::string message = parameterBytes
+          ? std::to_string(parameterBytes->deferredCount()) + " parameter records (" +
+                std::to_string(parameterBytes->deferredBytes()) + " bytes) stay on disk until each rank's rows are written"
+          : "the module is loaded whole: " + loaded.loadedWholeBecause;
+      std::cerr << formatDiagnostic({Severity::Remark, "load", message}) << "\n";
+    }
   } catch (const std::exception& e) {
-    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + firstLine(e.what()));
+    std::string hashError;
+    hashOrError(hashError);
+    return fail("cannot load '" + flags.input + "' as a TorchScript module: " +
+                firstLine(hashError.empty() ? e.what() : hashError));
   }
 
   PipelineHooks hooks;
@@ -131,6 +159,9 @@ int run(const Flags& flags) {
       std::cerr << formatDiagnostic(diagnostic) << "\n";
     }
   }
+  std::string hashError;
+  std::string inputHash = hashOrError(hashError);
+  if (!hashError.empty()) return fail("cannot load '" + flags.input + "' as a TorchScript module: " + firstLine(hashError));
   if (!result.ok) return 1;
 
   if (!flags.method.empty() && !result.module.find_method(flags.method)) {
@@ -145,7 +176,7 @@ int run(const Flags& flags) {
   }
   if (!flags.output.empty()) {
     try {
-      writeOutput(result, options, flags.output, {flags.input, inputSha256});
+      writeOutput(result, options, flags.output, {flags.input, inputHash, parameterBytes});
     } catch (const std::exception& e) {
       return fail("cannot write '" + flags.output + "': " + firstLine(e.what()));
     }
