@@ -29,7 +29,7 @@ import torch
 __all__ = [
     "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes", "default_pipeline",
     "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
-    "load_rank_file", "full_state_dict", "unsharded",
+    "load_rank_file", "full_state_dict", "sharded_state_dict", "unsharded",
 ]
 __version__ = "0.1.0"
 
@@ -453,6 +453,25 @@ def _attribute(module, dotted: str):
     return module
 
 
+def _manifest_units(module, manifest: Optional[str], what: str) -> Optional[list]:
+    """The units of the manifest.json of the run `module`'s rank file comes from, checked by the
+    sha256 the file carries; None for `manifest` None (a caller that allows it)."""
+    import hashlib
+    import json
+
+    expected = getattr(module, "_fsdp_manifest_sha256", None)
+    if expected is None:
+        raise FsdpOptError("%s: the module is not a rank file of fsdp-opt (no _fsdp_manifest_sha256)" % what)
+    if manifest is None:
+        return None
+    with open(manifest, "rb") as f:
+        raw = f.read()
+    if expected and hashlib.sha256(raw).hexdigest() != expected:
+        raise FsdpOptError("%s: %s is not the manifest of the run this rank file comes from "
+                           "(sha256 differs)" % (what, manifest))
+    return json.loads(raw.decode("utf-8"))["units"]
+
+
 def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, torch.Tensor]:
     """The unsharded state of a rank file's module, as the original model's state_dict() names
     it: every unit's parameters gathered (one collective per unit, in the manifest's order: a
@@ -461,19 +480,8 @@ def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, 
     manifest.json of the run the module's file comes from (checked by its sha256). What it
     returns is a copy, on the parameters' device; load it into the original model with
     `original.load_state_dict(...)` and save that (test/e2e/train_exact.py checks it)."""
-    import hashlib
-    import json
-
     load()
-    with open(manifest, "rb") as f:
-        raw = f.read()
-    expected = getattr(module, "_fsdp_manifest_sha256", None)
-    if expected is None:
-        raise FsdpOptError("full_state_dict: the module is not a rank file of fsdp-opt (no _fsdp_manifest_sha256)")
-    if expected and hashlib.sha256(raw).hexdigest() != expected:
-        raise FsdpOptError("full_state_dict: %s is not the manifest of the run this rank file comes from "
-                           "(sha256 differs)" % manifest)
-    units = json.loads(raw.decode("utf-8"))["units"]
+    units = _manifest_units(module, manifest, "full_state_dict")
     state: Dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for unit in units:
@@ -568,3 +576,6 @@ class unsharded:
             warnings.warn("fsdp_opt.unsharded: resharding at the end of the scope failed: %s" % _message(e),
                           FsdpOptWarning, stacklevel=2)
         return False
+
+
+from .checkpoint import sharded_state_dict  # noqa: E402  (torch 2.x; its own module: DCP)

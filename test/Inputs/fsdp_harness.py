@@ -188,6 +188,18 @@ def gpt_generate_rank_files(t, out_dir, world, new_tokens, *flags):
     return (inputs, d) if d else None
 
 
+def fsdp_opt_package():
+    """The fsdp_opt Python package of this checkout (python/), its libraries this build's: what a
+    rank process imports to call the package's API on rank files."""
+    os.environ["FSDP_OPT_LIB_DIR"] = os.path.dirname(runtime_lib())
+    python_dir = os.path.join(os.path.dirname(os.path.dirname(HERE)), "python")
+    if python_dir not in sys.path:
+        sys.path.insert(0, python_dir)
+    import fsdp_opt
+    fsdp_opt.load()
+    return fsdp_opt
+
+
 def distinct_named_parameters(module):
     """name -> parameter, each tensor once (tied ones under their first name): what an optimizer
     steps and what a reference compares."""

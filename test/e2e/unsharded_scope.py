@@ -40,7 +40,6 @@ import fsdp_models as fm
 
 WORLD = 2
 TOKENS = 8
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
 
 
 def decode(m, idx, tokens=TOKENS, stats=None):
@@ -58,11 +57,7 @@ def decode(m, idx, tokens=TOKENS, stats=None):
 
 
 def package(ctx):
-    os.environ["FSDP_OPT_LIB_DIR"] = os.path.dirname(h.runtime_lib())
-    sys.path.insert(0, PYTHON_DIR)
-    import fsdp_opt
-    fsdp_opt.load()
-    return fsdp_opt
+    return h.fsdp_opt_package()
 
 
 def error_of(fn):

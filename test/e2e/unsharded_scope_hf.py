@@ -22,7 +22,6 @@ import fsdp_harness as h
 WORLD = 2
 TOKENS = 8
 WINDOW = 12
-PYTHON_DIR = os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))), "python")
 
 
 def decode(m, window, stats=None):
@@ -43,9 +42,7 @@ def decode(m, window, stats=None):
 
 def rank_main(ctx):
     torch.set_num_threads(1)
-    os.environ["FSDP_OPT_LIB_DIR"] = os.path.dirname(h.runtime_lib())
-    sys.path.insert(0, PYTHON_DIR)
-    import fsdp_opt
+    fsdp_opt = h.fsdp_opt_package()
     m = fsdp_opt.load_rank_file(ctx.args["dir"])
     prompt = h.torch_load(ctx.args["inputs"])[0]
     with torch.no_grad():
