@@ -29,7 +29,8 @@ import torch
 __all__ = [
     "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes", "default_pipeline",
     "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
-    "load_rank_file", "full_state_dict", "sharded_state_dict", "unsharded",
+    "load_rank_file", "full_state_dict", "sharded_state_dict",
+    "sharded_optimizer_state_dict", "apply_optimizer_param_groups", "unsharded",
 ]
 __version__ = "0.1.0"
 
@@ -578,4 +579,5 @@ class unsharded:
         return False
 
 
-from .checkpoint import sharded_state_dict  # noqa: E402  (torch 2.x; its own module: DCP)
+# torch 2.x; their own module: DCP
+from .checkpoint import apply_optimizer_param_groups, sharded_optimizer_state_dict, sharded_state_dict  # noqa: E402

@@ -6,6 +6,7 @@
     ...
     sd = fsdp_opt.sharded_state_dict(other_module, "OTHER/manifest.json")
     dcp.load(sd, checkpoint_id="ckpt/")                             # in place, any W
+    # and the optimizer: sharded_optimizer_state_dict, then apply_optimizer_param_groups
 
 A unit parameter's shard in a rank file is rows [r*c, min((r+1)*c, N)) of the parameter,
 zero-padded to c = ceil(N/W) rows (SPEC section 2). Those rows are exactly torch.chunk's chunk r,
@@ -20,6 +21,62 @@ from typing import Dict, Optional
 import torch
 
 
+class _Layout:
+    """How a rank file's tensors map to checkpoint tensors on this rank: a unit parameter (or a
+    tensor of its shape, such as its optimizer state) becomes a Shard(0) DTensor of the full
+    shape over this rank's unpadded rows; anything else stays a plain tensor (replicated)."""
+
+    def __init__(self, module, manifest, mesh, what):
+        from . import FsdpOptError, _manifest_units
+        try:
+            from torch.distributed.tensor import DTensor, Shard
+            from torch.distributed.device_mesh import init_device_mesh
+        except ImportError as e:  # torch 1.13
+            raise FsdpOptError("%s needs torch.distributed.tensor (torch 2.x); this torch %s has only "
+                               "fsdp_opt.full_state_dict (%s)" % (what, torch.__version__, e)) from None
+        import torch.distributed as dist
+
+        self.rank = int(getattr(module, "_fsdp_rank", 0))
+        self.world = int(getattr(module, "_fsdp_world_size", 1))
+        units = _manifest_units(module, manifest, what)
+        if units is None and self.world != 1:
+            raise FsdpOptError("%s: a rank file of world size %d needs its run's manifest.json" % (what, self.world))
+        if mesh is None:
+            if not dist.is_initialized():
+                raise FsdpOptError("%s: torch.distributed is not initialized; call "
+                                   "torch.distributed.init_process_group (DCP needs it) or pass a mesh" % what)
+            first = next(iter(module.parameters()), None)
+            device_type = first.device.type if first is not None else "cpu"
+            mesh = init_device_mesh(device_type, (dist.get_world_size(),))
+        if mesh.ndim != 1 or mesh.size() != self.world or mesh.get_local_rank() != self.rank:
+            raise FsdpOptError("%s: the mesh (size %d, this process at %d) does not match the rank file (rank %d "
+                               "of world size %d)" % (what, mesh.size(), mesh.get_local_rank(), self.rank, self.world))
+        self.mesh, self._dtensor, self._shard, self._what = mesh, DTensor, Shard, what
+        if units is None:  # world size 1: every parameter whole
+            self.params = [(name, [], list(p.shape)) for name, p in module.named_parameters() if p.dim() > 0]
+        else:
+            self.params = [(p["path"], list(p["aliases"]), [int(d) for d in p["shape"]])
+                           for u in units for p in u["params"]]
+        self.full_shape = {name: shape for path, aliases, shape in self.params for name in [path] + aliases}
+
+    def wrap(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """`tensor` (the shard of parameter `name`, or a tensor of its shape) for the checkpoint."""
+        from . import FsdpOptError
+        tensor = tensor.detach()
+        shape = self.full_shape.get(name)
+        if shape is None:
+            return tensor
+        rows = shape[0]
+        chunk = -(-rows // self.world)
+        count = min(chunk, rows - min(self.rank * chunk, rows))
+        if list(tensor.shape[1:]) != shape[1:] or tensor.shape[0] != chunk:
+            raise FsdpOptError("%s: %s has shape %s, not a shard of %s for world size %d (is a unit gathered?)"
+                               % (self._what, name, list(tensor.shape), shape, self.world))
+        stride = torch.empty(shape, device="meta").stride()
+        return self._dtensor.from_local(tensor.narrow(0, 0, count), self.mesh, [self._shard(0)], run_check=False,
+                                        shape=torch.Size(shape), stride=stride)
+
+
 def sharded_state_dict(module: torch.jit.ScriptModule, manifest: Optional[str] = None,
                        mesh=None) -> Dict[str, torch.Tensor]:
     """This rank's state of a rank file's module for torch.distributed.checkpoint, named as the
@@ -32,52 +89,86 @@ def sharded_state_dict(module: torch.jit.ScriptModule, manifest: Optional[str] =
     sharded). `manifest`: the run's manifest.json (not needed at world size 1). `mesh`: a 1-D
     DeviceMesh of the rank file's world size (default: one over the default process group, which
     torch.distributed must have, on the parameters' device type)."""
-    from . import FsdpOptError, _attribute, _manifest_units
-    try:
-        from torch.distributed.tensor import DTensor, Shard
-        from torch.distributed.device_mesh import init_device_mesh
-    except ImportError as e:  # torch 1.13
-        raise FsdpOptError("sharded_state_dict needs torch.distributed.tensor (torch 2.x); this torch %s has "
-                           "only fsdp_opt.full_state_dict (%s)" % (torch.__version__, e)) from None
-    import torch.distributed as dist
-
-    rank = int(getattr(module, "_fsdp_rank", 0))
-    world = int(getattr(module, "_fsdp_world_size", 1))
-    units = _manifest_units(module, manifest, "sharded_state_dict")
-    if units is None and world != 1:
-        raise FsdpOptError("sharded_state_dict: a rank file of world size %d needs its run's manifest.json" % world)
-    if mesh is None:
-        if not dist.is_initialized():
-            raise FsdpOptError("sharded_state_dict: torch.distributed is not initialized; call "
-                               "torch.distributed.init_process_group (DCP needs it) or pass a mesh")
-        first = next(iter(module.parameters()), None)
-        device_type = first.device.type if first is not None else "cpu"
-        mesh = init_device_mesh(device_type, (dist.get_world_size(),))
-    if mesh.ndim != 1 or mesh.size() != world or mesh.get_local_rank() != rank:
-        raise FsdpOptError("sharded_state_dict: the mesh (size %d, this process at %d) does not match the rank "
-                           "file (rank %d of world size %d)" % (mesh.size(), mesh.get_local_rank(), rank, world))
-    if units is None:  # world size 1: every parameter whole
-        params = [(name, [], list(p.shape)) for name, p in module.named_parameters() if p.dim() > 0]
-    else:
-        params = [(p["path"], list(p["aliases"]), [int(d) for d in p["shape"]]) for u in units for p in u["params"]]
-
+    from . import _attribute
+    layout = _Layout(module, manifest, mesh, "sharded_state_dict")
     state: Dict[str, torch.Tensor] = {}
-    for path, aliases, shape in params:
-        shard = _attribute(module, path).detach()
-        rows = shape[0]
-        chunk = -(-rows // world)
-        begin = min(rank * chunk, rows)
-        count = min(chunk, rows - begin)
-        if list(shard.shape[1:]) != shape[1:] or shard.shape[0] != chunk:
-            raise FsdpOptError("sharded_state_dict: %s has shape %s, not a shard of %s for world size %d (is a "
-                               "unit gathered?)" % (path, list(shard.shape), shape, world))
-        stride = torch.empty(shape, device="meta").stride()
-        local = shard.narrow(0, 0, count)
-        dtensor = DTensor.from_local(local, mesh, [Shard(0)], run_check=False, shape=torch.Size(shape),
-                                     stride=stride)
+    for path, aliases, _ in layout.params:
+        dtensor = layout.wrap(path, _attribute(module, path))
         for name in [path] + aliases:
             state[name] = dtensor
     for name, tensor in list(module.named_parameters()) + list(module.named_buffers()):
         if name not in state:
             state[name] = tensor.detach()
     return state
+
+
+def _ensure_state(optimizer: torch.optim.Optimizer) -> None:
+    """Creates the state an optimizer makes at its first step, without changing a parameter:
+    one step on zero gradients at learning rate 0 (what torch.distributed.checkpoint.state_dict
+    does before loading into a fresh optimizer)."""
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    if all(optimizer.state.get(p) for p in params):
+        return
+    saved_grads = [p.grad for p in params]
+    saved_lrs = [group.get("lr") for group in optimizer.param_groups]
+    try:
+        for p in params:
+            p.grad = torch.zeros_like(p)
+        for group in optimizer.param_groups:
+            if "lr" in group:
+                group["lr"] = torch.tensor(0.0) if torch.is_tensor(group["lr"]) else 0.0
+        with torch.no_grad():
+            optimizer.step()
+    finally:
+        for p, grad in zip(params, saved_grads):
+            p.grad = grad
+        for group, lr in zip(optimizer.param_groups, saved_lrs):
+            if lr is not None:
+                group["lr"] = lr
+
+
+def sharded_optimizer_state_dict(module: torch.jit.ScriptModule, optimizer: torch.optim.Optimizer,
+                                 manifest: Optional[str] = None, mesh=None) -> Dict[str, object]:
+    """The optimizer's state of a rank file's parameters for torch.distributed.checkpoint, laid
+    out as torch.distributed.checkpoint.state_dict.get_optimizer_state_dict lays out FSDP2's
+    (`{"state": {name: {...}}, "param_groups": [{..., "params": [names]}]}`, a tied parameter under
+    its first name): each state tensor of a unit parameter's shape (Adam's moments, SGD's momentum)
+    as a Shard(0) DTensor over this rank's rows, like the parameter itself; scalars ("step") plain.
+    The tensors are the optimizer's own, so `dcp.load` into the dict loads them in place; then
+    apply_optimizer_param_groups(optimizer, the dict) takes the loaded hyperparameters (a
+    scheduler's learning rate). An optimizer that has not stepped yet gets its state first (one
+    step on zero gradients at learning rate 0, parameters unchanged)."""
+    from . import FsdpOptError
+    layout = _Layout(module, manifest, mesh, "sharded_optimizer_state_dict")
+    names = {}
+    for name, p in module.named_parameters():
+        names.setdefault(id(p), name)
+    _ensure_state(optimizer)
+    state: Dict[str, Dict[str, object]] = {}
+    groups = []
+    for group in optimizer.param_groups:
+        entry = {k: v for k, v in group.items() if k != "params"}
+        entry["params"] = []
+        for p in group["params"]:
+            name = names.get(id(p))
+            if name is None:
+                raise FsdpOptError("sharded_optimizer_state_dict: the optimizer holds a tensor that is not a "
+                                   "parameter of the module")
+            entry["params"].append(name)
+            state[name] = {k: (layout.wrap(name, v) if torch.is_tensor(v) and v.dim() > 0 and v.shape == p.shape
+                               else v)
+                           for k, v in optimizer.state[p].items()}
+        groups.append(entry)
+    return {"state": state, "param_groups": groups}
+
+
+def apply_optimizer_param_groups(optimizer: torch.optim.Optimizer, optimizer_state: Dict[str, object]) -> None:
+    """After dcp.load into a sharded_optimizer_state_dict: the optimizer takes the loaded
+    hyperparameters of each parameter group (the tensors are already loaded in place)."""
+    from . import FsdpOptError
+    groups = optimizer_state["param_groups"]
+    if len(groups) != len(optimizer.param_groups):
+        raise FsdpOptError("apply_optimizer_param_groups: the checkpoint has %d parameter groups, the optimizer %d"
+                           % (len(groups), len(optimizer.param_groups)))
+    for group, loaded in zip(optimizer.param_groups, groups):
+        group.update({k: v for k, v in loaded.items() if k != "params"})

@@ -10,7 +10,11 @@
 #     dcp.loads it: every full_tensor() is bitwise the changed model's parameter;
 #   - the reverse: an FSDP2 job at W=2 dcp.saves its model (seed 1) and W=2 rank files (made
 #     from seed 0) load it: their shards are seed 1's, and `generate` on the rank files returns
-#     exactly what the scripted seed-1 model returns.
+#     exactly what the scripted seed-1 model returns;
+#   - resuming: W=2 rank files train 5 AdamW steps, checkpointing parameters and optimizer
+#     (sharded_optimizer_state_dict) after step 3; fresh rank files with a fresh optimizer (another
+#     learning rate, which the checkpoint's replaces) load it and train steps 4 and 5 on the same
+#     batches: their shards are bitwise those of the uninterrupted run.
 #
 # REQUIRES: torch2
 # RUN: rm -rf %t && mkdir -p %t
@@ -76,6 +80,29 @@ def rank_main(ctx):
     elif phase == "fsdp2_save":  # an FSDP2 job's checkpoint
         model = eager_fsdp2(seed=1)
         dcp.save(model.state_dict(), checkpoint_id=a["ckpt"])
+    elif phase in ("train", "resume"):
+        m = ctx.load(ctx.rank_file(a["dir"]))
+        manifest = os.path.join(a["dir"], "manifest.json")
+        opt = torch.optim.AdamW(m.parameters(), lr=1e-2 if phase == "train" else 0.5, weight_decay=0.1)
+        first = 1
+        if phase == "resume":
+            osd = fsdp_opt.sharded_optimizer_state_dict(m, opt, manifest)
+            dcp.load({"model": fsdp_opt.sharded_state_dict(m, manifest), "optim": osd}, checkpoint_id=a["ckpt"])
+            fsdp_opt.apply_optimizer_param_groups(opt, osd)
+            out["lr"] = opt.param_groups[0]["lr"]
+            first = a["save_after"] + 1
+        for step in range(first, a["steps"] + 1):
+            g = torch.Generator().manual_seed(1000 * ctx.rank + step)
+            tokens = torch.randint(0, 67, (4, 9), generator=g)
+            logits = m(tokens[:, :-1])
+            loss = torch.nn.functional.cross_entropy(logits.flatten(0, 1), tokens[:, 1:].flatten())
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            if phase == "train" and step == a["save_after"]:
+                dcp.save({"model": fsdp_opt.sharded_state_dict(m, manifest),
+                          "optim": fsdp_opt.sharded_optimizer_state_dict(m, opt, manifest)}, checkpoint_id=a["ckpt"])
+        out["params"] = {n: p.detach().clone() for n, p in m.named_parameters()}
     elif phase == "load_fsdp2":  # fsdp-opt rank files load the FSDP2 checkpoint, then decode
         m = ctx.load(ctx.rank_file(a["dir"]))
         dcp.load(fsdp_opt.sharded_state_dict(m, os.path.join(a["dir"], "manifest.json")), checkpoint_id=a["ckpt"])
@@ -168,7 +195,19 @@ def main():
             t.check(torch.equal(v["tokens"], want_tokens),
                     "FSDP2 checkpoint into W=2 rank files rank %d: generate equals the seed-1 model's" % r,
                     "%s vs %s" % (v["tokens"].tolist(), want_tokens.tolist()))
-    return t.finish("a W=2 checkpoint loads into W=4, W=1 and FSDP2; FSDP2's loads into rank files; bitwise")
+
+    ckpt3 = os.path.join(out_dir, "ckpt_step3")
+    run = {"dir": dirs[2], "ckpt": ckpt3, "steps": 5, "save_after": 3}
+    uninterrupted = ranks(2, "train", **run)
+    resumed = ranks(2, "resume", **run) if uninterrupted else None
+    for r, (u, v) in enumerate(zip(uninterrupted or [], resumed or [])):
+        diffs = [d for n in u["params"] if (d := h.same_bits(v["params"][n], u["params"][n], "rank %d %s" % (r, n)))]
+        t.check(not diffs and v["lr"] == 1e-2,
+                "resumed at step 4 from the step-3 checkpoint, rank %d: shards after step 5 bitwise the "
+                "uninterrupted run's (%d tensors), the checkpoint's learning rate restored" % (r, len(u["params"])),
+                "; ".join(diffs[:5]) + " lr %r" % v["lr"])
+    return t.finish("a W=2 checkpoint loads into W=4, W=1 and FSDP2; FSDP2's loads into rank files; training "
+                    "resumes from one with its optimizer; bitwise")
 
 
 if __name__ == "__main__":
