@@ -1,25 +1,27 @@
 # Sharded checkpoints through torch.distributed.checkpoint (DCP): fsdp_opt.sharded_state_dict
 # gives a rank file's unit parameters as Shard(0) DTensors of their full shape (the local
-# tensor: the rank's rows of its shard, without the padding) and the rest as plain tensors, so
-# that (the GPT of the tests, vocabulary 67 so every W splits unevenly):
-#   - 2 ranks change their shards (x -1.5) and dcp.save a checkpoint;
-#   - rank files of W=4 (4 ranks) and W=1 (1 process) dcp.load it in place: every shard is
-#     bitwise the changed model's rows, the padding stays zero, and a rank file saved after the
-#     load and loaded again holds the same;
+# tensor: the rank's rows of its shard, without the padding) and the rest as plain tensors, and
+# sharded_optimizer_state_dict the optimizer's state sharded the same way, so that (the GPT of
+# the tests, vocabulary 67 so every W splits unevenly):
+#   - W=2 rank files train 5 AdamW steps, checkpointing parameters and optimizer after step 3;
+#     fresh rank files with a fresh optimizer (another learning rate, which the checkpoint's
+#     replaces) load it and train steps 4 and 5 on the same batches: their shards are bitwise
+#     those of the uninterrupted run;
+#   - rank files of W=4 (4 ranks) and W=1 (1 process) dcp.load the step-3 checkpoint in place:
+#     every shard is bitwise the trained model's rows (assembled from the W=2 ranks' shards at
+#     step 3), the padding stays zero, and a rank file saved after the load and loaded again
+#     holds the same;
 #   - an FSDP2 model of the same architecture (fully_shard on every block and the root, W=2)
-#     dcp.loads it: every full_tensor() is bitwise the changed model's parameter;
+#     dcp.loads it: every full_tensor() is bitwise the trained parameter;
 #   - the reverse: an FSDP2 job at W=2 dcp.saves its model (seed 1) and W=2 rank files (made
 #     from seed 0) load it: their shards are seed 1's, and `generate` on the rank files returns
-#     exactly what the scripted seed-1 model returns;
-#   - resuming: W=2 rank files train 5 AdamW steps, checkpointing parameters and optimizer
-#     (sharded_optimizer_state_dict) after step 3; fresh rank files with a fresh optimizer (another
-#     learning rate, which the checkpoint's replaces) load it and train steps 4 and 5 on the same
-#     batches: their shards are bitwise those of the uninterrupted run.
+#     exactly what the scripted seed-1 model returns.
 #
 # REQUIRES: torch2
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
 
+import json
 import os
 import sys
 
@@ -28,7 +30,6 @@ import torch
 import fsdp_harness as h
 import fsdp_models as fm
 
-SCALE = -1.5
 NEW_TOKENS = 4
 
 
@@ -57,25 +58,18 @@ def rank_main(ctx):
     a = ctx.args
     phase = a["phase"]
     out = {}
-    if phase == "save":  # fsdp-opt W=2: change the shards, save
-        m = ctx.load(ctx.rank_file(a["dir"]))
-        with torch.no_grad():
-            for p in m.parameters():
-                p.mul_(SCALE)
-        dcp.save(fsdp_opt.sharded_state_dict(m, os.path.join(a["dir"], "manifest.json")), checkpoint_id=a["ckpt"])
-    elif phase == "load":  # rank files of another W load it, and are saved again
+    if phase == "load":  # rank files of another W load it, and are saved again
         path = a["file"] if a.get("file") else ctx.rank_file(a["dir"])
         m = ctx.load(path)
         manifest = None if a.get("file") else os.path.join(a["dir"], "manifest.json")
-        dcp.load(fsdp_opt.sharded_state_dict(m, manifest), checkpoint_id=a["ckpt"])
+        dcp.load({"model": fsdp_opt.sharded_state_dict(m, manifest)}, checkpoint_id=a["ckpt"])  # not "optim"
         again = os.path.join(a["resaved"], "rank%d.pt" % ctx.rank)
         m.save(again)
         out["params"] = {n: p.detach().clone() for n, p in m.named_parameters()}
         out["resaved"] = {n: p.detach().clone() for n, p in ctx.load(again).named_parameters()}
     elif phase == "fsdp2_load":  # FSDP2 loads fsdp-opt's checkpoint
         model = eager_fsdp2(seed=0)
-        sd = model.state_dict()
-        dcp.load(sd, checkpoint_id=a["ckpt"])
+        dcp.load({"model": model.state_dict()}, checkpoint_id=a["ckpt"])
         out["params"] = {n: p.full_tensor().detach().clone() for n, p in model.named_parameters()}
     elif phase == "fsdp2_save":  # an FSDP2 job's checkpoint
         model = eager_fsdp2(seed=1)
@@ -102,6 +96,7 @@ def rank_main(ctx):
             if phase == "train" and step == a["save_after"]:
                 dcp.save({"model": fsdp_opt.sharded_state_dict(m, manifest),
                           "optim": fsdp_opt.sharded_optimizer_state_dict(m, opt, manifest)}, checkpoint_id=a["ckpt"])
+                out["saved"] = {n: p.detach().clone() for n, p in m.named_parameters()}
         out["params"] = {n: p.detach().clone() for n, p in m.named_parameters()}
     elif phase == "load_fsdp2":  # fsdp-opt rank files load the FSDP2 checkpoint, then decode
         m = ctx.load(ctx.rank_file(a["dir"]))
@@ -122,7 +117,7 @@ def check_shards(t, label, got, full, world, rank):
         want = h.expected_shard(want_full, world, rank) if world > 1 else want_full
         if d := h.same_bits(got[name], want, "%s rank %d %s" % (label, rank, name)):
             problems.append(d)
-    t.check(not problems, "%s rank %d: every parameter bitwise the changed model's shard (padding zero)"
+    t.check(not problems, "%s rank %d: every parameter bitwise the checkpointed model's (its shard, padding zero)"
             % (label, rank), "; ".join(problems[:5]))
 
 
@@ -141,17 +136,8 @@ def main():
         dirs[w] = os.path.join(out_dir, "w%d%s" % (w, ".pt" if w == 1 else ""))
         if not h.sharded(t, src[0], dirs[w], "--world-size=%d" % w, "--fsdp-unit=blocks.*"):
             return t.finish("")
-    original = torch.jit.load(src[0])
-    changed = {n: p.detach() * SCALE for n, p in h.distinct_named_parameters(original).items()}
-    unit_params = set()
-    import json
     with open(os.path.join(dirs[2], "manifest.json")) as f:
-        for u in json.load(f)["units"]:
-            for p in u["params"]:
-                unit_params.update([p["path"]] + p["aliases"])
-    # Shards of unit parameters; the others are whole on every rank.
-    sharded_names = {n: v for n, v in changed.items() if n in unit_params}
-    whole_names = {n: v for n, v in changed.items() if n not in unit_params}
+        unit_params = {name for u in json.load(f)["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
 
     def ranks(world, phase, **args):
         args.update(phase=phase, dist_port=h.free_port())
@@ -159,9 +145,28 @@ def main():
         ok = t.check(all(r.ok for r in results), "W=%d %s: every rank ran" % (world, phase), h.describe_ranks(results))
         return [r.value for r in results] if ok else None
 
-    ckpt = os.path.join(out_dir, "ckpt")
-    if ranks(2, "save", dir=dirs[2], ckpt=ckpt) is None:
+    ckpt = os.path.join(out_dir, "ckpt_step3")
+    run = {"dir": dirs[2], "ckpt": ckpt, "steps": 5, "save_after": 3}
+    uninterrupted = ranks(2, "train", **run)
+    if uninterrupted is None:
         return t.finish("")
+    resumed = ranks(2, "resume", **run)
+    for r, (u, v) in enumerate(zip(uninterrupted, resumed or [])):
+        diffs = [d for n in u["params"] if (d := h.same_bits(v["params"][n], u["params"][n], "rank %d %s" % (r, n)))]
+        t.check(not diffs and v["lr"] == 1e-2,
+                "resumed at step 4 from the step-3 checkpoint, rank %d: shards after step 5 bitwise the "
+                "uninterrupted run's (%d tensors), the checkpoint's learning rate restored" % (r, len(u["params"])),
+                "; ".join(diffs[:5]) + " lr %r" % v["lr"])
+
+    # The model as checkpointed: unit parameters from both ranks' rows, the rest rank 0's.
+    trained = {}
+    for n, p in h.distinct_named_parameters(torch.jit.load(src[0])).items():
+        if n in unit_params:
+            trained[n] = torch.cat([u["saved"][n] for u in uninterrupted])[:p.shape[0]]
+        else:
+            trained[n] = uninterrupted[0]["saved"][n]
+    sharded_names = {n: v for n, v in trained.items() if n in unit_params}
+    whole_names = {n: v for n, v in trained.items() if n not in unit_params}
     for w in (4, 1):
         resaved = os.path.join(out_dir, "resaved%d" % w)
         os.makedirs(resaved)
@@ -169,16 +174,17 @@ def main():
         values = ranks(w, "load", ckpt=ckpt, resaved=resaved, **args)
         for r, v in enumerate(values or []):
             for which in ("params", "resaved"):
-                label = "W=2 checkpoint into W=%d rank files%s" % (w, " (saved and loaded again)" if which == "resaved" else "")
+                label = "step-3 checkpoint into W=%d rank files%s" % (
+                    w, " (saved and loaded again)" if which == "resaved" else "")
                 if w == 1:
-                    check_shards(t, label, v[which], changed, 1, r)
-                else:
-                    check_shards(t, label, {n: v[which][n] for n in sharded_names if n in v[which]}, sharded_names, w, r)
-                    if whole_names:  # parameters above every unit: whole on every rank
-                        check_shards(t, label + ", replicated", v[which], whole_names, 1, r)
+                    check_shards(t, label, v[which], trained, 1, r)
+                    continue
+                check_shards(t, label, {n: v[which][n] for n in sharded_names if n in v[which]}, sharded_names, w, r)
+                if whole_names:  # parameters above every unit: whole on every rank
+                    check_shards(t, label + ", replicated", v[which], whole_names, 1, r)
     values = ranks(2, "fsdp2_load", ckpt=ckpt)
     for r, v in enumerate(values or []):
-        check_shards(t, "W=2 checkpoint into FSDP2 (full_tensor)", v["params"], changed, 1, r)
+        check_shards(t, "step-3 checkpoint into FSDP2 (full_tensor)", v["params"], trained, 1, r)
 
     ckpt2 = os.path.join(out_dir, "ckpt_fsdp2")
     if ranks(2, "fsdp2_save", ckpt=ckpt2) is not None:
@@ -195,19 +201,8 @@ def main():
             t.check(torch.equal(v["tokens"], want_tokens),
                     "FSDP2 checkpoint into W=2 rank files rank %d: generate equals the seed-1 model's" % r,
                     "%s vs %s" % (v["tokens"].tolist(), want_tokens.tolist()))
-
-    ckpt3 = os.path.join(out_dir, "ckpt_step3")
-    run = {"dir": dirs[2], "ckpt": ckpt3, "steps": 5, "save_after": 3}
-    uninterrupted = ranks(2, "train", **run)
-    resumed = ranks(2, "resume", **run) if uninterrupted else None
-    for r, (u, v) in enumerate(zip(uninterrupted or [], resumed or [])):
-        diffs = [d for n in u["params"] if (d := h.same_bits(v["params"][n], u["params"][n], "rank %d %s" % (r, n)))]
-        t.check(not diffs and v["lr"] == 1e-2,
-                "resumed at step 4 from the step-3 checkpoint, rank %d: shards after step 5 bitwise the "
-                "uninterrupted run's (%d tensors), the checkpoint's learning rate restored" % (r, len(u["params"])),
-                "; ".join(diffs[:5]) + " lr %r" % v["lr"])
-    return t.finish("a W=2 checkpoint loads into W=4, W=1 and FSDP2; FSDP2's loads into rank files; training "
-                    "resumes from one with its optimizer; bitwise")
+    return t.finish("training resumes from a W=2 checkpoint with its optimizer; the checkpoint loads into W=4, "
+                    "W=1 and FSDP2; FSDP2's loads into rank files; bitwise")
 
 
 if __name__ == "__main__":
