@@ -27,13 +27,12 @@ class ParameterBytes {
     c10::Storage storage;
     uint64_t fileOffset = 0;
   };
-  ParameterBytes(std::string path, int fd, std::unordered_map<const void*, Record> deferred);
+  // `fd` is the archive, open for reading, of `fileSize` bytes; ParameterBytes closes it.
+  ParameterBytes(std::string path, int fd, size_t fileSize, std::unordered_map<const void*, Record> deferred);
   ~ParameterBytes();
   ParameterBytes(const ParameterBytes&) = delete;
   ParameterBytes& operator=(const ParameterBytes&) = delete;
 
-  // Whether `tensor`'s storage has not been read.
-  bool deferred(const at::Tensor& tensor) const;
   // Rows [begin, begin + count) of a deferred `tensor` along dim 0 when they are one contiguous
   // run of bytes: a read-only tensor over the archive's pages, no copy (the saver reads them
   // straight from the page cache). Undefined otherwise.
@@ -52,6 +51,8 @@ class ParameterBytes {
 
  private:
   struct Mapping;
+  // The record of `tensor`'s storage while it is unread; null once read (or never deferred).
+  const Record* recordOf(const at::Tensor& tensor) const;
   void readAt(uint64_t offset, void* into, size_t bytes) const;
   // Storage elements [first, last] the rows span, and the byte offset of `first` in the file.
   struct Span {

@@ -146,19 +146,21 @@ struct ParameterBytes::Mapping {
   }
 };
 
-ParameterBytes::ParameterBytes(std::string path, int fd, std::unordered_map<const void*, Record> deferred)
-    : path_(std::move(path)), fd_(fd), deferred_(std::move(deferred)), mapping_(std::make_shared<Mapping>()) {
-  struct stat info {};
-  if (!deferred_.empty() && ::fstat(fd_, &info) == 0 && info.st_size > 0) {
-    mapping_->size = static_cast<size_t>(info.st_size);
-    mapping_->base = ::mmap(nullptr, mapping_->size, PROT_READ, MAP_PRIVATE, fd_, 0);
+ParameterBytes::ParameterBytes(std::string path, int fd, size_t fileSize,
+                               std::unordered_map<const void*, Record> deferred)
+    : path_(std::move(path)), fd_(fd), mapping_(std::make_shared<Mapping>()), deferred_(std::move(deferred)) {
+  if (!deferred_.empty() && fileSize > 0) {
+    mapping_->size = fileSize;
+    mapping_->base = ::mmap(nullptr, fileSize, PROT_READ, MAP_PRIVATE, fd_, 0);
   }
 }
 
 ParameterBytes::~ParameterBytes() { ::close(fd_); }
 
-bool ParameterBytes::deferred(const at::Tensor& tensor) const {
-  return tensor.has_storage() && deferred_.count(tensor.storage().data_ptr().get());
+const ParameterBytes::Record* ParameterBytes::recordOf(const at::Tensor& tensor) const {
+  if (!tensor.defined() || !tensor.has_storage()) return nullptr;
+  auto found = deferred_.find(tensor.storage().data_ptr().get());
+  return found == deferred_.end() ? nullptr : &found->second;
 }
 
 void ParameterBytes::readAt(uint64_t offset, void* into, size_t bytes) const {
@@ -178,11 +180,11 @@ ParameterBytes::Span ParameterBytes::spanOf(const Record& record, const at::Tens
 }
 
 at::Tensor ParameterBytes::rowsInPlace(const at::Tensor& tensor, int64_t begin, int64_t count) const {
-  auto found = deferred_.find(tensor.has_storage() ? tensor.storage().data_ptr().get() : nullptr);
-  if (found == deferred_.end() || mapping_->base == MAP_FAILED) return {};
+  const Record* record = recordOf(tensor);
+  if (!record || mapping_->base == MAP_FAILED) return {};
   at::Tensor rows = tensor.narrow(0, begin, count);
   if (rows.numel() == 0 || !rows.is_contiguous()) return {};
-  const Span span = spanOf(found->second, rows);
+  const Span span = spanOf(*record, rows);
   if (span.fileOffset + rows.nbytes() > mapping_->size) return {};
   char* data = static_cast<char*>(mapping_->base) + span.fileOffset;
   std::shared_ptr<Mapping> keepMapped = mapping_;
@@ -196,13 +198,13 @@ void ParameterBytes::releasePages() const {
 
 void ParameterBytes::copyRows(const at::Tensor& tensor, int64_t begin, int64_t count, at::Tensor& out) const {
   at::Tensor rows = tensor.narrow(0, begin, count);
-  auto found = deferred_.find(tensor.has_storage() ? tensor.storage().data_ptr().get() : nullptr);
-  if (found == deferred_.end() || rows.numel() == 0) {
+  const Record* record = recordOf(tensor);
+  if (!record || rows.numel() == 0) {
     out.copy_(rows);
     return;
   }
   TORCH_INTERNAL_ASSERT(out.is_contiguous() && out.sizes() == rows.sizes() && out.dtype() == rows.dtype());
-  const Span span = spanOf(found->second, rows);
+  const Span span = spanOf(*record, rows);
   if (rows.is_contiguous()) {
     readAt(span.fileOffset, out.data_ptr(), out.nbytes());
     return;
@@ -213,12 +215,10 @@ void ParameterBytes::copyRows(const at::Tensor& tensor, int64_t begin, int64_t c
 }
 
 void ParameterBytes::materialize(const at::Tensor& tensor) {
-  if (!tensor.has_storage()) return;
-  auto found = deferred_.find(tensor.storage().data_ptr().get());
-  if (found == deferred_.end()) return;
-  const c10::Storage& storage = found->second.storage;
-  readAt(found->second.fileOffset, storage.data_ptr().get(), storage.nbytes());
-  deferred_.erase(found);
+  const Record* record = recordOf(tensor);
+  if (!record) return;
+  readAt(record->fileOffset, record->storage.data_ptr().get(), record->storage.nbytes());
+  deferred_.erase(record->storage.data_ptr().get());
 }
 
 int64_t ParameterBytes::deferredBytes() const {
@@ -296,7 +296,8 @@ DeferredLoad loadDeferringParameters(const std::string& path) {
     }
   }
   uses.clear();
-  return {std::move(module), std::make_shared<ParameterBytes>(path, fd, std::move(deferred)), ""};
+  return {std::move(module), std::make_shared<ParameterBytes>(path, fd, static_cast<size_t>(info.st_size), std::move(deferred)),
+          ""};
 }
 
 }  // namespace fsdp_opt
