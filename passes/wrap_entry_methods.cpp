@@ -3,7 +3,9 @@
 // Every method of the root is an entry method (Python or C++ may call it). Each gets, first,
 // fsdp::check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256), which
 // initialises the process group and rejects a rank file loaded on the wrong rank or mixed with
-// another run's files before the first collective; then, above world size 1, when some
+// another run's files before the first collective (a file made with --shard-group-size calls
+// fsdp::check_rank(rank, world, self._fsdp_shard_group_size, sha), which also sets the mesh the
+// runtime's gathers use); then, above world size 1, when some
 // parameters are replicated (0-dim, or in no unit's group), fsdp::replicated_params on them, so
 // that training averages their gradients over the ranks. When the root itself is a unit, the body is
 // wrapped in the root unit's gather and reshard, since no caller graph exists to hold them, in
@@ -40,8 +42,11 @@ namespace {
 
 constexpr const char* kPassName = "wrap-entry-methods";
 
-void addRankAttributes(torch::jit::Module& root) {
+void addRankAttributes(torch::jit::Module& root, const PipelineOptions& options) {
   if (!root.hasattr(kRankAttr)) root.register_attribute(kRankAttr, c10::IntType::get(), int64_t{0});
+  if (options.hybrid() && !root.hasattr(kShardGroupSizeAttr)) {
+    root.register_attribute(kShardGroupSizeAttr, c10::IntType::get(), options.shardGroup());
+  }
   if (!root.hasattr(kWorldSizeAttr)) {
     root.register_attribute(kWorldSizeAttr, c10::IntType::get(), int64_t{1});
   }
@@ -85,7 +90,7 @@ bool wrapEntryMethods(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
   torch::jit::Module& root = context.module();
-  addRankAttributes(root);
+  addRankAttributes(root, context.options());
   addUnitPathAttributes(root, *plan);
   addScopeAttributes(root, *plan, context.options());  // for unshard scopes (fsdp_opt.unsharded)
   const Unit* rootUnit = plan->unitAt("");
@@ -107,7 +112,9 @@ bool wrapEntryMethods(PassContext& context) {
       auto* rank = graph->insertGetAttr(self, kRankAttr);
       auto* world = graph->insertGetAttr(self, kWorldSizeAttr);
       auto* sha = graph->insertGetAttr(self, kManifestHashAttr);
-      auto* check = graph->insertNode(graph->create(ops::checkRank(), {rank, world, sha}, 0));
+      std::vector<torch::jit::Value*> checked{rank, world, sha};
+      if (root.hasattr(kShardGroupSizeAttr)) checked.insert(checked.begin() + 2, graph->insertGetAttr(self, kShardGroupSizeAttr));
+      auto* check = graph->insertNode(graph->create(ops::checkRank(), checked, 0));
       if (!replicated.empty()) {
         std::vector<torch::jit::Value*> reads;
         for (const auto& path : replicated) {

@@ -24,6 +24,15 @@ class Store;
 namespace fsdp_opt {
 namespace runtime {
 
+/// The ranks a backend serves, as global ranks in its own rank order, and the tag that keeps its
+/// store keys (and its envelopes' sizes) apart from other groups' ("" for the world).
+struct GroupMembers {
+  std::string tag;
+  std::vector<int> ranks;
+  /// The global rank of group rank `r`.
+  int global(int r) const { return ranks.empty() ? r : ranks.at(static_cast<size_t>(r)); }
+};
+
 /// A collective in flight.
 class PendingCollective {
  public:
@@ -48,6 +57,9 @@ class CollectiveBackend {
   virtual int rank() const = 0;
   virtual int size() const = 0;
   const Options& options() const { return options_; }
+  /// Set once by the process group that created this backend (the world's when never set).
+  void setMembers(GroupMembers members) { members_ = std::move(members); }
+  const GroupMembers& members() const { return members_; }
 
   /// Starts gathering `input` (contiguous uint8, n bytes, the same n on every rank) from every
   /// rank into `output` (contiguous uint8, size() * n bytes): rank r's bytes land at
@@ -90,6 +102,7 @@ class CollectiveBackend {
 
  private:
   Options options_;
+  GroupMembers members_;
 };
 
 /// What a backend takes from the process group it serves.

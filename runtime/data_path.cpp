@@ -61,7 +61,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
  public:
   HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
       : layout_(specsOf(req), req.world) {
-    backend_ = backendFor(req.device, context);
+    backend_ = backendFor(req.device, context, CollectiveGroup::kShardGroup);
     // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
     // Allocated now, filled at finish(): the memory of a started gather is held from here on
     // (what peak_unsharded_bytes counts).

@@ -3,6 +3,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <map>
 #include <mutex>
 
 #include <ATen/ATen.h>
@@ -12,6 +13,7 @@
 #include "errors.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
+#include "unshard_state.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -23,8 +25,10 @@ namespace {
 // there within milliseconds; this only bounds a peer that dies in between.
 constexpr std::chrono::milliseconds kDescriptionWait{5000};
 
-std::string storeKey(const char* what, uint64_t generation, uint64_t sequence, int rank) {
-  return std::string(what) + "/" + std::to_string(generation) + "/" + std::to_string(sequence) +
+// `tag`: the group's (GroupMembers), "" for the world; `rank`: the rank within it.
+std::string storeKey(const char* what, uint64_t generation, const std::string& tag, uint64_t sequence,
+                     int rank) {
+  return std::string(what) + "/" + std::to_string(generation) + "/" + tag + std::to_string(sequence) +
          "/" + std::to_string(rank);
 }
 
@@ -35,18 +39,20 @@ std::vector<fingerprint::Header> decodeAll(const at::Tensor& all, int world, int
   return headers;
 }
 
-void checkHeaders(const std::vector<fingerprint::Header>& headers, int rank,
+void checkHeaders(const std::vector<fingerprint::Header>& headers, int rank, const GroupMembers& members,
                   const fingerprint::Identity& mine, uint64_t sequence) {
-  if (fingerprint::firstDivergentRank(headers) >= 0) raiseDivergence(headers, rank, mine, sequence);
+  if (fingerprint::firstDivergentRank(headers) >= 0) raiseDivergence(headers, rank, members, mine, sequence);
 }
 
-// The envelope sizer of this process (fingerprint::EnvelopeSizer), fed by every envelope in issue
-// order: envelopes are issued under the collective order and each is finished before the next is
-// issued (collective_order.h), on whichever thread. A new group starts it afresh.
+// The envelope sizers of this process (fingerprint::EnvelopeSizer), one per group (its tag), each
+// fed by that group's envelopes in issue order: envelopes are issued under the collective order
+// and each is finished before the next is issued (collective_order.h), on whichever thread. Per
+// group, because only the ranks of one group see its envelopes: a world envelope's size must not
+// depend on what one shard group agreed. A new process group starts them afresh.
 struct SizerState {
   std::mutex mutex;
   uint64_t generation = 0;
-  fingerprint::EnvelopeSizer sizer;
+  std::map<std::string, fingerprint::EnvelopeSizer> sizers;
 };
 
 SizerState& sizerState() {
@@ -54,25 +60,25 @@ SizerState& sizerState() {
   return *s;
 }
 
-int64_t nextEnvelopeBytes() {
+int64_t nextEnvelopeBytes(const std::string& tag) {
   const uint64_t generation = groupStore().generation;
   SizerState& s = sizerState();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (s.generation != generation) {
-    s.sizer.reset();
+    s.sizers.clear();
     s.generation = generation;
   }
-  return s.sizer.nextEnvelopeBytes();
+  return s.sizers[tag].nextEnvelopeBytes();
 }
 
-// `agreed`: the header every rank sent; null after a mismatch or a failed envelope.
-void noteEnvelope(const fingerprint::Header* agreed) {
+// `agreed`: the header every rank of the group sent; null after a mismatch or a failed envelope.
+void noteEnvelope(const std::string& tag, const fingerprint::Header* agreed) {
   SizerState& s = sizerState();
   std::lock_guard<std::mutex> lock(s.mutex);
   if (agreed != nullptr) {
-    s.sizer.agreed(*agreed);
+    s.sizers[tag].agreed(*agreed);
   } else {
-    s.sizer.reset();
+    s.sizers[tag].reset();
   }
 }
 
@@ -101,8 +107,9 @@ Envelope::Envelope(std::shared_ptr<CollectiveBackend> backend, const c10::Device
 void Envelope::issue(const at::Tensor* inlinePayload, const PayloadWriter* write) {
   rank_ = backend_->rank();
   world_ = backend_->size();
+  members_ = backend_->members();
   sequence_ = nextCollectiveSequence();
-  bytes_ = nextEnvelopeBytes();
+  bytes_ = nextEnvelopeBytes(members_.tag);
   const int64_t payload = identity_.payloadBytes;
   const auto header = static_cast<int64_t>(fingerprint::kHeaderBytes);
   uint64_t capacity = 0;
@@ -136,6 +143,7 @@ void Envelope::issue(const at::Tensor* inlinePayload, const PayloadWriter* write
     recv_ = at::empty({world_ * bytes_}, send_.options());
   }
   pending_ = backend_->allGatherBytesAsync(send_, recv_);
+  countBytesSent(members_.tag, bytes_ + (inline_ ? 0 : payload));
 }
 
 Envelope::~Envelope() = default;
@@ -146,17 +154,17 @@ void Envelope::finish(void* inlineOut) {
     try {
       p->wait();
     } catch (...) {
-      noteEnvelope(nullptr);
+      noteEnvelope(members_.tag, nullptr);
       throw;
     }
   }
   const at::Tensor all = recv_.is_cpu() ? recv_ : recv_.cpu();
   const std::vector<fingerprint::Header> headers = decodeAll(all, world_, bytes_);
   if (fingerprint::firstDivergentRank(headers) >= 0) {
-    noteEnvelope(nullptr);  // every rank sees the same headers: every rank starts again
-    raiseDivergence(headers, rank_, identity_, sequence_);
+    noteEnvelope(members_.tag, nullptr);  // every rank sees the same headers: every rank starts again
+    raiseDivergence(headers, rank_, members_, identity_, sequence_);
   }
-  noteEnvelope(&headers[static_cast<size_t>(rank_)]);
+  noteEnvelope(members_.tag, &headers[static_cast<size_t>(rank_)]);
   if (inline_ && inlineOut != nullptr && identity_.payloadBytes > 0) {
     const auto* base = static_cast<const unsigned char*>(all.data_ptr());
     auto* out = static_cast<unsigned char*>(inlineOut);
@@ -170,11 +178,11 @@ void Envelope::finish(void* inlineOut) {
   recv_.reset();
 }
 
-void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context) {
-  const GroupInfo group = ensureGroup();
+void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context, CollectiveGroup scope) {
+  const GroupInfo group = groupOf(scope);
   if (group.world == 1) return;
   if (glooBuilt()) {
-    Envelope envelope(backendFor(c10::Device(c10::kCPU), context), c10::Device(c10::kCPU),
+    Envelope envelope(backendFor(c10::Device(c10::kCPU), context, scope), c10::Device(c10::kCPU),
                       identity, at::Tensor());
     envelope.finish();
     return;
@@ -183,25 +191,30 @@ void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::stri
   // and reads the others'; having read every rank's header of collective n, a rank knows every
   // rank is done reading n - 1, so it deletes its own key of n - 1 (the store stays small).
   const StoreAccess sa = groupStore();
+  const GroupMembers members = membersOf(scope);
   const uint64_t sequence = nextCollectiveSequence();
-  const fingerprint::Header mine = fingerprint::headerOf(identity, sequence, sa.rank, 0);
+  const fingerprint::Header mine = fingerprint::headerOf(identity, sequence, group.rank, 0);
+  countBytesSent(members.tag, identity.payloadBytes);  // the payload's; the header goes to the store
   std::vector<uint8_t> bytes(fingerprint::kHeaderBytes);
   fingerprint::encode(mine, bytes.data());
-  std::vector<fingerprint::Header> headers(static_cast<size_t>(sa.world));
+  std::vector<fingerprint::Header> headers(static_cast<size_t>(group.world));
   const auto started = std::chrono::steady_clock::now();
   try {
-    sa.store->set(storeKey("envelope", sa.generation, sequence, sa.rank), bytes);
-    for (int r = 0; r < sa.world; ++r) {
-      if (r == sa.rank) {
+    sa.store->set(storeKey("envelope", sa.generation, members.tag, sequence, group.rank), bytes);
+    for (int r = 0; r < group.world; ++r) {
+      if (r == group.rank) {
         headers[static_cast<size_t>(r)] = mine;
         continue;
       }
-      const std::vector<uint8_t> v = sa.store->get(storeKey("envelope", sa.generation, sequence, r));
-      FSDP_CHECK(v.size() == fingerprint::kHeaderBytes, ErrorKind::kInternal, "fsdp: rank ", r,
+      const std::vector<uint8_t> v =
+          sa.store->get(storeKey("envelope", sa.generation, members.tag, sequence, r));
+      FSDP_CHECK(v.size() == fingerprint::kHeaderBytes, ErrorKind::kInternal, "fsdp: rank ", members.global(r),
                  "'s envelope in the store has ", v.size(), " bytes");
       headers[static_cast<size_t>(r)] = fingerprint::decode(v.data());
     }
-    if (sequence > 1) sa.store->deleteKey(storeKey("envelope", sa.generation, sequence - 1, sa.rank));
+    if (sequence > 1) {
+      sa.store->deleteKey(storeKey("envelope", sa.generation, members.tag, sequence - 1, group.rank));
+    }
   } catch (const KindedError&) {
     throw;
   } catch (const std::exception& e) {
@@ -209,10 +222,10 @@ void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::stri
           c10::str("exchanging collective fingerprints through the store failed: ",
                    describeException(e)));
   }
-  checkHeaders(headers, sa.rank, identity, sequence);
+  checkHeaders(headers, group.rank, members, identity, sequence);
 }
 
-void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
+void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank, const GroupMembers& members,
                      const fingerprint::Identity& mine, uint64_t sequence) {
   const int other = fingerprint::firstDivergentRank(headers);
   const std::string mineText = fingerprint::describe(mine, sequence);
@@ -220,7 +233,7 @@ void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
   try {
     sa = groupStore();
     if (sa.store) {
-      sa.store->set(storeKey("fingerprint", sa.generation, sequence, rank),
+      sa.store->set(storeKey("fingerprint", sa.generation, members.tag, sequence, rank),
                     std::vector<uint8_t>(mineText.begin(), mineText.end()));
     }
   } catch (const std::exception&) {
@@ -231,7 +244,7 @@ void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
     const fingerprint::Header& h = headers[static_cast<size_t>(r)];
     if (sa.store) {
       try {
-        const std::string key = storeKey("fingerprint", sa.generation, h.sequence, r);
+        const std::string key = storeKey("fingerprint", sa.generation, members.tag, h.sequence, r);
         sa.store->wait({key}, std::min(kDescriptionWait, sa.timeout));
         const std::vector<uint8_t> v = sa.store->get(key);
         return std::string(v.begin(), v.end());
@@ -247,11 +260,12 @@ void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
   // waits for that (briefly) before raising.
   if (sa.store) {
     try {
-      sa.store->set(storeKey("fingerprint-read", sa.generation, sequence, rank), std::vector<uint8_t>{1});
+      sa.store->set(storeKey("fingerprint-read", sa.generation, members.tag, sequence, rank),
+                    std::vector<uint8_t>{1});
       if (rank == 0) {
         std::vector<std::string> keys;
         for (int r = 1; r < static_cast<int>(headers.size()); ++r) {
-          keys.push_back(storeKey("fingerprint-read", sa.generation,
+          keys.push_back(storeKey("fingerprint-read", sa.generation, members.tag,
                                   headers[static_cast<size_t>(r)].sequence, r));
         }
         sa.store->wait(keys, std::min(kDescriptionWait, sa.timeout));
@@ -259,7 +273,7 @@ void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
     } catch (const std::exception&) {
     }
   }
-  raise(ErrorKind::kDivergence, fingerprint::divergenceMessage(0, a, other, b));
+  raise(ErrorKind::kDivergence, fingerprint::divergenceMessage(members.global(0), a, members.global(other), b));
 }
 
 }  // namespace detail

@@ -34,6 +34,7 @@
 
 #include "collective_backend.h"
 #include "fingerprint.h"
+#include "process_group.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -93,6 +94,7 @@ class Envelope {
   uint64_t sequence_ = 0;
   int rank_ = 0;
   int world_ = 1;
+  GroupMembers members_;
   bool inline_ = false;
   int64_t bytes_ = kEnvelopeBytes;
   c10::Device device_;
@@ -105,14 +107,18 @@ class Envelope {
 /// The envelope of a collective whose payload travels on a backend that cannot hold the envelope
 /// up to the host (NCCL: reading its result would synchronise the host with the GPU), through
 /// the host channel instead: the CPU backend, or the store where this build has no Gloo. Blocks
-/// until every rank's header is in and checked, like Envelope::finish(). World size 1: nothing.
-void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context);
+/// until every rank's header is in and checked, like Envelope::finish(). A group of 1: nothing.
+/// `scope`: the ranks of the payload's collective.
+void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context,
+                          CollectiveGroup scope = CollectiveGroup::kWorld);
 
-/// Raises the kDivergence error for `headers` (every rank's, rank order; this rank's is
-/// headers[rank]), fetching the two sides' descriptions through the store. `mine` is this
-/// rank's identity, `sequence` its number.
+/// Raises the kDivergence error for `headers` (every group rank's, group-rank order; this
+/// rank's is headers[rank]), fetching the two sides' descriptions through the store under the
+/// group's tag and naming them by their global ranks. `mine` is this rank's identity,
+/// `sequence` its number.
 [[noreturn]] void raiseDivergence(const std::vector<fingerprint::Header>& headers, int rank,
-                                  const fingerprint::Identity& mine, uint64_t sequence);
+                                  const GroupMembers& members, const fingerprint::Identity& mine,
+                                  uint64_t sequence);
 
 /// Whether this build has the Gloo backend (gloo_backend.cpp; false in gloo_backend_stub.cpp).
 bool glooBuilt();

@@ -80,7 +80,15 @@ void reshardOp(std::vector<at::Tensor> params, std::string unit) {
 
 void checkRankOp(int64_t rank, int64_t worldSize, std::string manifestSha256) {
   detail::recordedOp([&] {
-    detail::checkRank(rank, worldSize, manifestSha256);
+    detail::checkRank(rank, worldSize, /*shardGroupSize=*/0, manifestSha256);
+    detail::startEntryCall();
+  });
+}
+
+// The form of a file made with --shard-group-size (HSDP): the mesh becomes the gathers'.
+void checkRankMeshOp(int64_t rank, int64_t worldSize, int64_t shardGroupSize, std::string manifestSha256) {
+  detail::recordedOp([&] {
+    detail::checkRank(rank, worldSize, shardGroupSize, manifestSha256);
     detail::startEntryCall();
   });
 }
@@ -193,6 +201,9 @@ TORCH_LIBRARY(fsdp, m) {
   m.def(torch::schema("check_rank(int rank, int world_size, str manifest_sha256) -> ()",
                       kConservative),
         checkRankOp);
+  m.def(torch::schema("check_rank.mesh(int rank, int world_size, int shard_group_size, str manifest_sha256) -> ()",
+                      kConservative),
+        checkRankMeshOp);
   m.def(torch::schema("release_all() -> ()", kConservative), releaseAllOp);
   m.def(torch::schema("unit_call(str unit) -> ()", kConservative), unitCallOp);
   m.def(torch::schema("stats() -> Dict(str, int)", kConservative), statsOp);

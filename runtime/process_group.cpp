@@ -34,8 +34,11 @@ struct GroupState {
   int masterPort = 0;
   std::chrono::milliseconds timeout{0};
   c10::intrusive_ptr<c10d::Store> store;  // null when world == 1
-  // One backend per device type, created at the first gather that needs it (data_path.h).
-  std::map<c10::DeviceType, std::shared_ptr<CollectiveBackend>> backends;
+  // One backend per device type and group (its tag, "" for the world), created at the first
+  // collective that needs it (data_path.h).
+  std::map<std::pair<c10::DeviceType, std::string>, std::shared_ptr<CollectiveBackend>> backends;
+  // The shard group size of the rank files checked last (check_rank); 0 until then: the world.
+  int shardGroupSize = 0;
   bool localRankFromEnv = false;  // LOCAL_RANK was set: it names this rank's CUDA device
   std::set<std::string> checkedManifests;
   int64_t manifestRounds = 0;
@@ -96,6 +99,7 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
   st.timeout = timeout;
   st.store = std::move(store);
   st.backends.clear();
+  st.shardGroupSize = 0;
   st.localRankFromEnv = localRankFromEnv;
   st.checkedManifests.clear();
   st.manifestRounds = 0;
@@ -145,6 +149,37 @@ GroupState& ensureLocked() {
   return st;
 }
 
+// Shard groups are consecutive ranks, as torchrun numbers a node's ranks: group g holds ranks
+// [g*S, (g+1)*S), and its rank j is global rank g*S + j. Replica group j holds the ranks j,
+// j + S, j + 2S, ...: one of each shard group, all holding shard j.
+GroupMembers membersLocked(const GroupState& st, CollectiveGroup scope) {
+  const int world = st.info.world;
+  const int s = st.shardGroupSize > 0 ? st.shardGroupSize : world;
+  const int rank = st.info.rank;
+  GroupMembers m;
+  if (scope == CollectiveGroup::kWorld || (scope == CollectiveGroup::kShardGroup && s == world)) {
+    for (int r = 0; r < world; ++r) m.ranks.push_back(r);
+    return m;
+  }
+  if (scope == CollectiveGroup::kShardGroup) {
+    const int g = rank / s;
+    m.tag = "shard" + std::to_string(s) + "." + std::to_string(g) + "/";
+    for (int j = 0; j < s; ++j) m.ranks.push_back(g * s + j);
+  } else {
+    const int j = rank % s;
+    m.tag = "replica" + std::to_string(s) + "." + std::to_string(j) + "/";
+    for (int r = j; r < world; r += s) m.ranks.push_back(r);
+  }
+  return m;
+}
+
+int positionOf(const GroupMembers& m, int rank) {
+  for (size_t i = 0; i < m.ranks.size(); ++i) {
+    if (m.ranks[i] == rank) return static_cast<int>(i);
+  }
+  return 0;
+}
+
 }  // namespace
 
 std::chrono::milliseconds timeoutFromEnv() {
@@ -167,22 +202,39 @@ GroupInfo ensureGroup() {
   return ensureLocked().info;
 }
 
+GroupInfo groupOf(CollectiveGroup scope) {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  GroupState& st = ensureLocked();
+  const GroupMembers m = membersLocked(st, scope);
+  return GroupInfo{positionOf(m, st.info.rank), static_cast<int>(m.ranks.size()), st.info.localRank};
+}
+
+GroupMembers membersOf(CollectiveGroup scope) {
+  std::lock_guard<std::mutex> lock(groupMutex());
+  return membersLocked(ensureLocked(), scope);
+}
+
 std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
-                                              const std::string& context) {
+                                              const std::string& context, CollectiveGroup scope) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
   const DevicePath* path = devicePathFor(device);
   if (path == nullptr) throwNoDevicePath(device, context);
-  std::shared_ptr<CollectiveBackend>& backend = st.backends[device.type()];
+  GroupMembers members = membersLocked(st, scope);
+  std::shared_ptr<CollectiveBackend>& backend = st.backends[{device.type(), members.tag}];
   if (!backend) {
     BackendGroup group;
+    // A smaller group meets under its own tag: its rendezvous keys (Gloo's, NCCL's id) cannot
+    // meet another group's.
     group.store = st.store;
-    group.rank = st.info.rank;
-    group.world = st.info.world;
+    if (!members.tag.empty() && st.store) group.store = c10::make_intrusive<c10d::PrefixStore>(members.tag, st.store);
+    group.rank = positionOf(members, st.info.rank);
+    group.world = static_cast<int>(members.ranks.size());
     if (st.localRankFromEnv) group.localRank = st.info.localRank;
     group.masterAddr = st.masterAddr;
     group.timeout = st.timeout;
     backend = path->createBackend(group, device, context);
+    backend->setMembers(std::move(members));
   }
   backend->checkTensorDevice(device, context);
   return backend;
@@ -208,38 +260,68 @@ std::string nextManifestRound(GroupState& st) {
   return "manifest/" + std::to_string(st.manifestRounds++) + "/";
 }
 
-void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
+// "2x2": R replicas of shard groups of S ranks.
+std::string meshText(int64_t world, int64_t shardGroupSize) {
+  return std::to_string(world / shardGroupSize) + "x" + std::to_string(shardGroupSize);
+}
+
+void checkRank(int64_t rank, int64_t world, int64_t shardGroupSize, const std::string& manifestSha256) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
-  if ((rank != st.info.rank || world != st.info.world) && st.info.world > 1) {
-    // The peers wait for this rank's hash in the exchange below: tell them now, or a peer whose
-    // own file is right would only learn it from the timeout. Best effort: the error below is
-    // this rank's answer either way.
-    const std::string note = std::string(kWrongFile) + "a file sharded as rank " +
-                             std::to_string(rank) + " of world size " + std::to_string(world);
-    try {
-      st.store->set(nextManifestRound(st) + std::to_string(st.info.rank),
-                    std::vector<uint8_t>(note.begin(), note.end()));
-    } catch (const std::exception&) {
+  const int64_t s = shardGroupSize > 0 ? shardGroupSize : world;
+  FSDP_CHECK(world >= 1 && s >= 1 && s <= world && world % s == 0, ErrorKind::kBadInput,
+             "fsdp::check_rank: this model file has shard group size ", s, " for world size ", world,
+             ", which it does not divide");
+  // What keeps this rank from running its file, and what its peers are told about it.
+  std::string refusal;
+  std::string note;
+  if (rank != st.info.rank || world != st.info.world) {
+    refusal = c10::str("fsdp::check_rank: this model file is rank ", rank, " of world size ", world,
+                       ", but the process group is rank ", st.info.rank, " of world size ", st.info.world,
+                       " (a file sharded for world size ", world, " must run as rank", rank, ".pt on rank ",
+                       rank, " of ", world, " processes)");
+    note = "a file sharded as rank " + std::to_string(rank) + " of world size " + std::to_string(world);
+  } else if (const char* expected = envValue("FSDP_OPT_SHARD_GROUP_SIZE")) {
+    const int64_t want = envInt("FSDP_OPT_SHARD_GROUP_SIZE", 1, INT_MAX);
+    if (want != s) {
+      refusal = c10::str("fsdp::check_rank: this model file shards over groups of ", s, " ranks (mesh ",
+                         meshText(world, s), "), but FSDP_OPT_SHARD_GROUP_SIZE=", expected,
+                         " expects groups of ", want, "; make the rank files with fsdp-opt --shard-group-size=",
+                         want);
+      note = "a file sharded for mesh " + meshText(world, s) + " where FSDP_OPT_SHARD_GROUP_SIZE=" + expected;
     }
   }
-  FSDP_CHECK(rank == st.info.rank && world == st.info.world, ErrorKind::kBadInput,
-             "fsdp::check_rank: this model file is rank ", rank, " of world size ", world,
-             ", but the process group is rank ", st.info.rank, " of world size ", st.info.world,
-             " (a file sharded for world size ", world, " must run as rank", rank, ".pt on rank ",
-             rank, " of ", world, " processes)");
-  if (st.info.world == 1 || st.checkedManifests.count(manifestSha256) != 0) return;
+  if (!refusal.empty()) {
+    if (st.info.world > 1) {
+      // The peers wait for this rank's hash in the exchange below: tell them now, or a peer
+      // whose own file is right would only learn it from the timeout. Best effort: the error
+      // below is this rank's answer either way.
+      const std::string published = std::string(kWrongFile) + note;
+      try {
+        st.store->set(nextManifestRound(st) + std::to_string(st.info.rank),
+                      std::vector<uint8_t>(published.begin(), published.end()));
+      } catch (const std::exception&) {
+      }
+    }
+    raise(ErrorKind::kBadInput, refusal);
+  }
+  const auto adopt = [&] { st.shardGroupSize = static_cast<int>(s); };
+  if (st.info.world == 1 || st.checkedManifests.count(manifestSha256) != 0) {
+    adopt();
+    return;
+  }
 
-  // Every rank publishes its file's manifest hash and compares it with all the others'.
+  // Every rank publishes its file's manifest hash and mesh and compares them with all the others'.
   const std::string round = nextManifestRound(st);
-  const std::vector<uint8_t> mine(manifestSha256.begin(), manifestSha256.end());
+  const std::string published = manifestSha256 + " " + meshText(world, s);
+  const std::vector<uint8_t> mine(published.begin(), published.end());
   std::vector<std::string> shas(static_cast<size_t>(st.info.world));
   const auto started = std::chrono::steady_clock::now();
   try {
     st.store->set(round + std::to_string(st.info.rank), mine);
     for (int r = 0; r < st.info.world; ++r) {
       if (r == st.info.rank) {
-        shas[static_cast<size_t>(r)] = manifestSha256;
+        shas[static_cast<size_t>(r)] = published;
         continue;
       }
       const std::vector<uint8_t> v = st.store->get(round + std::to_string(r));
@@ -259,12 +341,20 @@ void checkRank(int64_t rank, int64_t world, const std::string& manifestSha256) {
                other.substr(strlen(kWrongFile)),
                "; every rank must load its own rank{r}.pt from one fsdp-opt run for world size ",
                st.info.world);
-    FSDP_CHECK(other == manifestSha256, ErrorKind::kMismatch,
+    const size_t space = other.find(' ');
+    const std::string otherSha = other.substr(0, space);
+    const std::string otherMesh = space == std::string::npos ? "" : other.substr(space + 1);
+    FSDP_CHECK(otherMesh.empty() || otherMesh == meshText(world, s), ErrorKind::kMismatch,
+               "fsdp::check_rank: rank files for different meshes: rank ", st.info.rank,
+               " loaded a file sharded for mesh ", meshText(world, s), " (replicas x shard group size), rank ", r,
+               " one for mesh ", otherMesh, "; every rank must load its rank{r}.pt from one fsdp-opt run");
+    FSDP_CHECK(otherSha == manifestSha256, ErrorKind::kMismatch,
                "fsdp::check_rank: rank files come from different fsdp-opt runs: rank ",
                st.info.rank, " loaded a file with manifest sha256 '", manifestSha256, "', rank ", r,
-               " one with '", other, "'");
+               " one with '", otherSha, "'");
   }
   st.checkedManifests.insert(manifestSha256);
+  adopt();
 }
 
 }  // namespace detail
@@ -289,7 +379,7 @@ void initProcessGroup(int rank, int worldSize, const std::string& masterAddr, in
 }
 
 void destroyProcessGroup() {
-  std::map<c10::DeviceType, std::shared_ptr<CollectiveBackend>> backends;
+  std::map<std::pair<c10::DeviceType, std::string>, std::shared_ptr<CollectiveBackend>> backends;
   c10::intrusive_ptr<c10d::Store> store;
   {
     std::lock_guard<std::mutex> lock(detail::groupMutex());

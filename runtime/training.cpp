@@ -148,7 +148,7 @@ at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
 // first, and ranks whose backwards differ fail with the divergence error instead of pairing
 // this collective with another of the same size.
 void issueFingerprinted(const fingerprint::Identity& identity, const c10::Device& device,
-                        const std::shared_ptr<CollectiveBackend>& backend, const std::string& ctx,
+                        const std::shared_ptr<CollectiveBackend>& backend, const std::string& ctx, CollectiveGroup scope,
                         const std::function<std::unique_ptr<PendingCollective>()>& issue) {
   std::unique_ptr<PendingCollective> pending;
   {
@@ -157,7 +157,7 @@ void issueFingerprinted(const fingerprint::Identity& identity, const c10::Device
       Envelope envelope(backend, device, identity, at::Tensor());
       envelope.finish();
     } else {
-      exchangeHostEnvelope(identity, ctx);  // reading a device envelope would sync with the GPU
+      exchangeHostEnvelope(identity, ctx, scope);  // reading a device envelope would sync with the GPU
     }
     pending = issue();
   }
@@ -184,65 +184,115 @@ fingerprint::Identity gradientIdentity(const std::string& what, const std::vecto
   return id;
 }
 
+// Adds up, in replica order, every shard group's sum of this rank's rows (`partials`, in the
+// batch's order): one all-gather over the replica group (HSDP: the R ranks holding the same
+// shard), then the same additions on each of them, so the replicas' shards stay bitwise equal.
+std::vector<at::Tensor> sumOverReplicas(const UnitBatch& batch, const std::vector<at::Tensor>& partials,
+                                        const std::string& ctx) {
+  const GroupInfo replicas = groupOf(CollectiveGroup::kReplicaGroup);
+  if (replicas.world == 1) return partials;
+  std::vector<at::Tensor> flat;
+  for (const at::Tensor& p : partials) flat.push_back(p.reshape({-1}));
+  at::Tensor mine = at::cat(flat).contiguous();
+  at::Tensor all = at::empty({replicas.world, mine.numel()}, mine.options());
+  auto backend = backendFor(mine.device(), ctx, CollectiveGroup::kReplicaGroup);
+  const fingerprint::Identity identity = gradientIdentity(
+      "unit '" + batch.unit + "' across shard groups", partials, static_cast<int64_t>(mine.nbytes()));
+  try {
+    at::Tensor in = mine.view(at::kByte);
+    at::Tensor out = all.view({-1}).view(at::kByte);
+    issueFingerprinted(identity, mine.device(), backend, ctx, CollectiveGroup::kReplicaGroup,
+                       [&] { return backend->allGatherBytesAsync(in, out); });
+  } catch (const std::exception& e) {
+    raiseReductionFailure(e, ctx,
+                          c10::str("the gradients of ", partials.size(), " parameters across ", replicas.world,
+                                   " shard groups (", mine.numel(), " elements per rank)"),
+                          replicas, *backend);
+  }
+  std::vector<at::Tensor> sums;
+  int64_t offset = 0;
+  for (const at::Tensor& p : partials) {
+    std::vector<at::Tensor> parts;
+    for (int64_t g = 0; g < replicas.world; ++g) {
+      parts.push_back(all[g].narrow(0, offset, p.numel()).view(p.sizes()));
+    }
+    sums.push_back(sumInRankOrder(parts));
+    offset += p.numel();
+  }
+  return sums;
+}
+
 // Reduces a unit's full gradients to this rank's rows of their mean over the ranks, in ONE
-// collective: each gradient is padded to W shards of rows (SPEC section 2), all of them are
-// packed so that chunk p holds every gradient's shard p, and an all-to-all brings each rank
-// every rank's chunk of its own rows; the rank then adds them in rank order and divides by W.
-// A reduce-scatter whose additions one process can repeat bit for bit at any world size (a
-// backend's reduce-scatter or all-reduce adds in its own order). Returns the rows, in order.
+// collective per group: each gradient is padded to S shards of rows (SPEC section 2, S the
+// shard group size: the world size unless the file is HSDP), all of them are packed so that
+// chunk p holds every gradient's shard p, and an all-to-all within the shard group brings each
+// rank every group rank's chunk of its own rows; the rank adds them in group-rank order. Under
+// HSDP the shard groups' sums are then added in group order (sumOverReplicas), which is
+// FSDP2's reduce-scatter within the group and all-reduce across groups. Last, the division by
+// W. A reduction whose additions one process can repeat bit for bit at any mesh (a backend's
+// reduce-scatter or all-reduce adds in its own order): ((g0 + g1) + ...) within a group,
+// then (group 0 + group 1) + ... across. Returns the rows, in order.
 std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
-  const GroupInfo group = ensureGroup();
+  const int64_t world = ensureGroup().world;
+  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
   std::vector<at::Tensor> rows;
-  if (group.world == 1) {
+  if (world == 1) {
     for (const PendingGrad& g : batch.grads) rows.push_back(g.full.div(1));
     return rows;
   }
-  const int64_t w = group.world;
-  std::vector<at::Tensor> chunks;  // per gradient: [W, shard elements]
-  std::vector<int64_t> shardRows;
-  for (const PendingGrad& g : batch.grads) {
-    const int64_t r = layout::shardRows(g.fullRows, w);
-    std::vector<int64_t> padded = g.full.sizes().vec();
-    padded[0] = r * w;
-    at::Tensor p = at::zeros(padded, g.full.options());
-    p.narrow(0, 0, g.fullRows).copy_(g.full);
-    chunks.push_back(p.view({w, -1}));
-    shardRows.push_back(r);
-  }
-  at::Tensor send = at::cat(chunks, 1).contiguous();
-  chunks.clear();
-  at::Tensor received = at::empty_like(send);
   const std::string ctx = "backward of unit '" + batch.unit + "'";
-  auto backend = backendFor(send.device(), ctx);
-  std::vector<at::Tensor> fulls;
-  for (const PendingGrad& g : batch.grads) fulls.push_back(g.full);
-  const fingerprint::Identity identity =
-      gradientIdentity("unit '" + batch.unit + "'", fulls, static_cast<int64_t>(send.nbytes()));
-  try {
-    at::Tensor in = send.view({-1}).view(at::kByte);
-    at::Tensor out = received.view({-1}).view(at::kByte);
-    issueFingerprinted(identity, send.device(), backend, ctx,
-                       [&] { return backend->allToAllBytesAsync(in, out); });
-  } catch (const std::exception& e) {
-    raiseReductionFailure(e, ctx,
-                          c10::str("the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
-                                   " elements per rank)"),
-                          group, *backend);
+  const int64_t w = group.world;
+  std::vector<at::Tensor> sums;  // this rank's rows summed over its shard group, per gradient
+  if (w == 1) {
+    for (const PendingGrad& g : batch.grads) sums.push_back(g.full);
+  } else {
+    std::vector<at::Tensor> chunks;  // per gradient: [S, shard elements]
+    std::vector<int64_t> shardRows;
+    for (const PendingGrad& g : batch.grads) {
+      const int64_t r = layout::shardRows(g.fullRows, w);
+      std::vector<int64_t> padded = g.full.sizes().vec();
+      padded[0] = r * w;
+      at::Tensor p = at::zeros(padded, g.full.options());
+      p.narrow(0, 0, g.fullRows).copy_(g.full);
+      chunks.push_back(p.view({w, -1}));
+      shardRows.push_back(r);
+    }
+    at::Tensor send = at::cat(chunks, 1).contiguous();
+    chunks.clear();
+    at::Tensor received = at::empty_like(send);
+    auto backend = backendFor(send.device(), ctx, CollectiveGroup::kShardGroup);
+    std::vector<at::Tensor> fulls;
+    for (const PendingGrad& g : batch.grads) fulls.push_back(g.full);
+    const fingerprint::Identity identity =
+        gradientIdentity("unit '" + batch.unit + "'", fulls, static_cast<int64_t>(send.nbytes()));
+    try {
+      at::Tensor in = send.view({-1}).view(at::kByte);
+      at::Tensor out = received.view({-1}).view(at::kByte);
+      issueFingerprinted(identity, send.device(), backend, ctx, CollectiveGroup::kShardGroup,
+                         [&] { return backend->allToAllBytesAsync(in, out); });
+    } catch (const std::exception& e) {
+      raiseReductionFailure(e, ctx,
+                            c10::str("the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
+                                     " elements per rank)"),
+                            group, *backend);
+    }
+    int64_t offset = 0;
+    for (size_t i = 0; i < batch.grads.size(); ++i) {
+      const PendingGrad& g = batch.grads[i];
+      std::vector<int64_t> shape = g.full.sizes().vec();
+      shape[0] = shardRows[i];
+      const int64_t n = c10::multiply_integers(shape);
+      std::vector<at::Tensor> parts;
+      for (int64_t p = 0; p < w; ++p) parts.push_back(received[p].narrow(0, offset, n));
+      sums.push_back(sumInRankOrder(parts).view(shape));
+      offset += n;
+    }
   }
+  sums = sumOverReplicas(batch, sums, ctx);
   countGradReduction();
-  int64_t offset = 0;
-  for (size_t i = 0; i < batch.grads.size(); ++i) {
-    const PendingGrad& g = batch.grads[i];
-    std::vector<int64_t> shape = g.full.sizes().vec();
-    shape[0] = shardRows[i];
-    const int64_t n = c10::multiply_integers(shape);
-    std::vector<at::Tensor> parts;
-    for (int64_t p = 0; p < w; ++p) parts.push_back(received[p].narrow(0, offset, n));
-    // Divided last, so that .grad is a tensor of its own, not a view (torch::optim's zero_grad
-    // detaches .grad in place, which a view refuses).
-    rows.push_back(sumInRankOrder(parts).view(shape).div(w));
-    offset += n;
-  }
+  // Divided last, so that .grad is a tensor of its own, not a view (torch::optim's zero_grad
+  // detaches .grad in place, which a view refuses).
+  for (const at::Tensor& sum : sums) rows.push_back(sum.div(world));
   return rows;
 }
 
@@ -655,7 +705,7 @@ void replicatedParams(std::vector<at::Tensor> params) {
       try {
         at::Tensor in = mine.view({-1}).view(at::kByte);
         at::Tensor out = all.view(at::kByte);
-        issueFingerprinted(identity, grad.device(), backend, ctx,
+        issueFingerprinted(identity, grad.device(), backend, ctx, CollectiveGroup::kWorld,
                            [&] { return backend->allGatherBytesAsync(in, out); });
       } catch (const std::exception& e) {
         raiseReductionFailure(e, ctx, c10::str("a gradient of ", grad.sizes()), group, *backend);

@@ -19,6 +19,7 @@
 #include "unshard_state.h"
 
 #include <algorithm>
+#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -518,7 +519,7 @@ void checkScopeBudgetLocked(Registry& reg, const Classified& c, const std::strin
 void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
                   const std::vector<int64_t>& fullRows, const std::string& unit,
                   std::optional<at::ScalarType> paramDtype, const std::string& ctx) {
-  const GroupInfo group = ensureGroup();
+  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
   checkScopeBudgetLocked(reg, c, ctx);
   // Before anything changes, so a failure here leaves every count as it was: the caller may be
@@ -558,7 +559,7 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
   Registry& reg = registry();
   reg.stats.gather_calls += 1;
   const std::string ctx = ctxOf("all_gather_start", unit);
-  const GroupInfo group = ensureGroup();
+  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
   // Gathered parameters are only checked here; their counts rise at the wait, which classifies
   // again (a unit resharded in between is gathered again there).
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
@@ -654,7 +655,7 @@ int64_t detail::bytesToGather(const std::vector<at::Tensor>& params, const std::
                               std::optional<at::ScalarType> paramDtype) {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   const detail::Classified c = detail::classify(detail::registry(), params, fullRows, paramDtype,
-                                                "unshard scope", "unshard scope", detail::ensureGroup());
+                                                "unshard scope", "unshard scope", detail::groupOf(detail::CollectiveGroup::kShardGroup));
   int64_t bytes = 0;
   for (const auto& g : c.fresh) bytes += g->fullBytes;
   return bytes;
@@ -679,6 +680,29 @@ int64_t detail::unshardedParamAndGradBytesNow() {
   return s.unsharded_bytes + s.unsharded_grad_bytes;
 }
 
+namespace {
+// Bytes sent by kind of group (Stats::bytes_sent_*). Atomics, not the registry's counters: the
+// envelopes that count them are issued while a gather holds the registry's lock.
+struct BytesSent {
+  std::atomic<int64_t> world{0}, shardGroup{0}, replicaGroup{0};
+};
+BytesSent& bytesSent() {
+  static BytesSent* b = new BytesSent();
+  return *b;
+}
+}  // namespace
+
+void detail::countBytesSent(const std::string& groupTag, int64_t bytes) {
+  BytesSent& b = bytesSent();
+  if (groupTag.rfind("shard", 0) == 0) {
+    b.shardGroup += bytes;
+  } else if (groupTag.rfind("replica", 0) == 0) {
+    b.replicaGroup += bytes;
+  } else {
+    b.world += bytes;
+  }
+}
+
 void detail::countGradReduction() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   detail::registry().stats.grad_reductions += 1;
@@ -691,6 +715,9 @@ Stats stats() {
   s.host_buffer_cached_bytes = pool.cachedBytes;
   s.host_buffer_cache_limit = pool.peakLiveBytes;
   s.host_buffer_live_bytes = pool.liveBytes;
+  s.bytes_sent_world = bytesSent().world;
+  s.bytes_sent_shard_group = bytesSent().shardGroup;
+  s.bytes_sent_replica_group = bytesSent().replicaGroup;
   return s;
 }
 
@@ -701,6 +728,9 @@ void resetStats() {
   const int64_t inFlight = s.in_flight;
   const int64_t grads = s.unsharded_grad_bytes;
   s = Stats();
+  bytesSent().world = 0;
+  bytesSent().shardGroup = 0;
+  bytesSent().replicaGroup = 0;
   s.unsharded_bytes = now;
   s.peak_unsharded_bytes = now;
   s.in_flight = inFlight;
@@ -727,6 +757,9 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"unsharded_grad_bytes", unsharded_grad_bytes},
           {"peak_unsharded_grad_bytes", peak_unsharded_grad_bytes},
           {"peak_unsharded_param_and_grad_bytes", peak_unsharded_param_and_grad_bytes},
+          {"bytes_sent_world", bytes_sent_world},
+          {"bytes_sent_shard_group", bytes_sent_shard_group},
+          {"bytes_sent_replica_group", bytes_sent_replica_group},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit},
           {"host_buffer_live_bytes", host_buffer_live_bytes}};

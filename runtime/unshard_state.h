@@ -40,6 +40,9 @@ void countAgreement();
 /// and one gradient summed over the ranks.
 void noteUnshardedGradBytes(int64_t delta);
 void countGradReduction();
+/// Bytes this rank sends in a collective of the group tagged `groupTag` (GroupMembers): the
+/// stats' bytes_sent_* of its kind.
+void countBytesSent(const std::string& groupTag, int64_t bytes);
 /// The parameter and gradient bytes unsharded now (stats' unsharded_bytes +
 /// unsharded_grad_bytes, which reset_stats keeps): what --max-unsharded-bytes bounds (SPEC 10).
 int64_t unshardedParamAndGradBytesNow();

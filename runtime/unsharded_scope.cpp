@@ -61,6 +61,7 @@ constexpr const char* kOptionsAttr = "_fsdp_scope_options";
 constexpr const char* kRankAttr = "_fsdp_rank";
 constexpr const char* kWorldSizeAttr = "_fsdp_world_size";
 constexpr const char* kManifestHashAttr = "_fsdp_manifest_sha256";
+constexpr const char* kShardGroupSizeAttr = "_fsdp_shard_group_size";  // only on HSDP files
 
 constexpr const char* kWhat = "unshard scope";
 
@@ -221,7 +222,8 @@ ScopeOpened openScope(const torch::jit::Module& root, const std::vector<std::str
   const c10::IValue rank = rootAttribute(root, kRankAttr);
   const c10::IValue world = rootAttribute(root, kWorldSizeAttr);
   const c10::IValue sha = rootAttribute(root, kManifestHashAttr);
-  checkRank(rank.toInt(), world.toInt(), sha.toStringRef());
+  const int64_t shardGroupSize = root.hasattr(kShardGroupSizeAttr) ? root.attr(kShardGroupSizeAttr).toInt() : 0;
+  checkRank(rank.toInt(), world.toInt(), shardGroupSize, sha.toStringRef());
   startEntryCall();
 
   const auto options = rootAttribute(root, kOptionsAttr).toIntVector();

@@ -30,7 +30,7 @@ bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diag
 // (`passStatistics`), then "gathers per call of M" for every root method M: the collectives one
 // call issues as the rewritten IR says (a gather inside a loop counted once, and said so).
 std::vector<std::pair<std::string, std::string>> transformStatistics(
-    const torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+    const torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
     const std::vector<std::pair<std::string, std::string>>& passStatistics);
 
 // The most unsharded parameter bytes the module holds at once over any call of a root method,

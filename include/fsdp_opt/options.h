@@ -32,6 +32,12 @@ struct PipelineOptions {
   std::optional<int64_t> minUnitParams;
   std::vector<ForwardMethodSpec> forwardMethodSpecs;  // --forward-method
   int64_t worldSize = 1;                              // --world-size
+  // --shard-group-size (HSDP): every unit is sharded over S consecutive ranks and replicated
+  // over the W / S groups. Unset: S = W.
+  std::optional<int64_t> shardGroupSize;
+  int64_t shardGroup() const { return shardGroupSize.value_or(worldSize); }
+  // Whether the rank files are hybrid-sharded (S < W).
+  bool hybrid() const { return shardGroup() != worldSize; }
   bool verifyEach = false;                            // --verify-each
   std::set<std::string> printIrAfter;                 // --print-ir-after
   bool printIrAfterAll = false;                       // --print-ir-after-all
@@ -62,8 +68,13 @@ const std::vector<OptionInfo>& pipelineOptions();
 // at least 1, got 0").
 std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value);
 
-// Items spelled "--name=value", applied in order. Returns "" or the first error.
+// Items spelled "--name=value", applied in order, then checked together (checkOptions).
+// Returns "" or the first error.
 std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items);
+
+// What no single option can check: "" or one line ("--shard-group-size=3 does not divide
+// --world-size=4").
+std::string checkOptions(const PipelineOptions& options);
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32": the dtype; false otherwise.
 bool parseParamDtype(const std::string& text, c10::ScalarType& dtype);

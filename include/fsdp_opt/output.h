@@ -21,7 +21,7 @@ std::string sha256OfFile(const std::string& path);
 struct ManifestInput {
   std::string inputPath;
   std::string inputSha256;
-  int64_t worldSize = 1;
+  Mesh mesh;
 };
 
 // The manifest as the exact JSON text written to manifest.json; rank files carry its sha256.
@@ -39,10 +39,11 @@ at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize,
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
                      const std::string& path, ParameterBytes* bytes = nullptr);
 
-// world size W > 1: DIR/rank{r}.pt holding only rank r's shards, and DIR/manifest.json. Rank
-// files are written one after another; with `bytes`, each reads only its rows of the parameters
-// loaded unread, so the whole input is read once over all ranks.
-void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+// world size W > 1: DIR/rank{r}.pt holding only rank r's shards (shard r % S of the mesh), and
+// DIR/manifest.json. Rank files are written one after another; with `bytes`, each reads only its
+// rows of the parameters loaded unread, so the whole input is read once over all ranks (an HSDP
+// mesh reads each shard's rows once per replica).
+void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
                            const std::string& manifestText, const std::string& dir,
                            ParameterBytes* bytes = nullptr);
 

@@ -61,4 +61,14 @@ inline int64_t shardRows(int64_t rows, int64_t worldSize) {
   return (rows + worldSize - 1) / worldSize;
 }
 
+// W ranks as W / S replicas of shard groups of S consecutive ranks (S = W: plain FSDP). Rank r
+// holds shard r % S of every unit parameter.
+struct Mesh {
+  int64_t worldSize = 1;
+  int64_t shardGroupSize = 1;
+  int64_t replicas() const { return worldSize / shardGroupSize; }
+  int64_t shardOf(int64_t rank) const { return rank % shardGroupSize; }
+};
+
+
 }  // namespace fsdp_opt

@@ -34,6 +34,14 @@ struct Stats {
   int64_t peak_unsharded_grad_bytes = 0;
   // max of unsharded_bytes + unsharded_grad_bytes: what --max-unsharded-bytes bounds (SPEC 10)
   int64_t peak_unsharded_param_and_grad_bytes = 0;
+  // Bytes this rank put into collectives (fingerprint envelopes included; an all-gather's or
+  // all-to-all's whole send buffer), by the ranks they ran over: every rank, this rank's shard
+  // group (HSDP's gathers and gradient reduce-scatter; at S = W the shard group is the world and
+  // its collectives count as world ones), its replica group (HSDP's gradient average across
+  // shard groups). docs/multi-node.md.
+  int64_t bytes_sent_world = 0;
+  int64_t bytes_sent_shard_group = 0;
+  int64_t bytes_sent_replica_group = 0;
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once

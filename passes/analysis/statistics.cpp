@@ -10,7 +10,7 @@
 namespace fsdp_opt {
 
 std::vector<std::pair<std::string, std::string>> transformStatistics(
-    const torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+    const torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
     const std::vector<std::pair<std::string, std::string>>& passStatistics) {
   int64_t params = 0, shardedBytes = 0, fullBytes = 0;
   for (const auto& unit : plan.units) {
@@ -18,7 +18,7 @@ std::vector<std::pair<std::string, std::string>> transformStatistics(
       ++params;
       fullBytes += param.bytes();
       int64_t rowBytes = param.rows() > 0 ? param.bytes() / param.rows() : 0;
-      shardedBytes += shardRows(param.rows(), worldSize) * rowBytes;
+      shardedBytes += shardRows(param.rows(), mesh.shardGroupSize) * rowBytes;
     }
   }
   int64_t allBytes = 0;
@@ -30,10 +30,14 @@ std::vector<std::pair<std::string, std::string>> transformStatistics(
   std::vector<std::pair<std::string, std::string>> entries = {
       {"units", std::to_string(plan.units.size())},
       {"sharded parameters", std::to_string(params)},
-      {"world size", std::to_string(worldSize)},
+      {"world size", std::to_string(mesh.worldSize)},
       {"sharded bytes per rank", std::to_string(shardedBytes) + " (of " + std::to_string(fullBytes) + ")"},
       {"replicated bytes per rank", std::to_string(allBytes - fullBytes)},
   };
+  if (mesh.shardGroupSize != mesh.worldSize) {
+    entries.insert(entries.begin() + 3, {"mesh", std::to_string(mesh.replicas()) + " replicas x shard group size " +
+                                                     std::to_string(mesh.shardGroupSize)});
+  }
   entries.insert(entries.end(), passStatistics.begin(), passStatistics.end());
 
   // Per root method, the collectives one call issues: both arms of a branch are walked, and a

@@ -65,7 +65,8 @@ std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan
   manifest["tool"] = "fsdp-opt";
   manifest["tool_version"] = FSDP_OPT_VERSION;
   manifest["torch_version"] = FSDP_OPT_TORCH_VERSION;
-  manifest[kManifestWorldSizeKey] = input.worldSize;
+  manifest[kManifestWorldSizeKey] = input.mesh.worldSize;
+  manifest["mesh"] = {{"replicas", input.mesh.replicas()}, {"shard_group_size", input.mesh.shardGroupSize}};
   manifest["input"] = {{"path", input.inputPath}, {"sha256", input.inputSha256}};
   std::vector<std::string> entries;
   for (torch::jit::Function* function : module.type()->methods()) entries.push_back(function->name());
@@ -80,7 +81,7 @@ std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan
                         {"aliases", aliases},
                         {"shape", param.shape},
                         {"dtype", dtypeName(param.tensor.scalar_type())},
-                        {"shard_rows", shardRows(param.rows(), input.worldSize)}});
+                        {"shard_rows", shardRows(param.rows(), input.mesh.shardGroupSize)}});
     }
     manifest["units"].push_back({{"path", displayPath(unit.path)},
                                  {"forward_methods", unit.forwardMethods},

@@ -73,6 +73,11 @@ void setRankAttributes(torch::jit::Module& module, int64_t rank, int64_t worldSi
   module.setattr(kManifestHashAttr, manifestSha256);
 }
 
+// An HSDP file's shard group size, beside its rank (wrap-entry-methods added the attribute).
+void setShardGroupAttribute(torch::jit::Module& module, int64_t shardGroupSize) {
+  if (module.hasattr(kShardGroupSizeAttr)) module.setattr(kShardGroupSizeAttr, shardGroupSize);
+}
+
 // Whatever the saver will pickle from `module` gets its bytes: the writer defers only the rows
 // it cuts itself, so a parameter that a pass also put elsewhere is never saved unread.
 void materializeReachable(const torch::jit::Module& module, ParameterBytes* bytes) {
@@ -136,7 +141,7 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
   }
 }
 
-void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int64_t worldSize,
+void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
                            const std::string& manifestText, const std::string& dir,
                            ParameterBytes* bytes) {
   fs::path target(dir);
@@ -160,11 +165,14 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, int
     }
   };
   try {
-    for (int64_t rank = 0; rank < worldSize; ++rank) {
+    setShardGroupAttribute(module, mesh.shardGroupSize);
+    for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
       for (const auto& unit : plan.units) {
-        for (const auto& param : unit.params) setSlots(param, makeShard(param.tensor, rank, worldSize, bytes));
+        for (const auto& param : unit.params) {
+          setSlots(param, makeShard(param.tensor, mesh.shardOf(rank), mesh.shardGroupSize, bytes));
+        }
       }
-      setRankAttributes(module, rank, worldSize, manifestSha256);
+      setRankAttributes(module, rank, mesh.worldSize, manifestSha256);
       materializeReachable(module, bytes);
       module.save((temporary / rankFileName(rank)).string());
       restoreSlots();

@@ -41,7 +41,7 @@ TransformResult transform(const torch::jit::Module& module, const PipelineOption
       result.ok = false;
     } else {
       result.plan = *plan;
-      result.statistics = transformStatistics(result.module, *plan, options.worldSize,
+      result.statistics = transformStatistics(result.module, *plan, Mesh{options.worldSize, options.shardGroup()},
                                               context.statistics().entries());
     }
   }
@@ -67,12 +67,13 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
     result.module.save(serialized);
     sha256 = sha256Hex(serialized.str());
   }
-  ManifestInput input{source.path, sha256, options.worldSize};
+  const Mesh mesh{options.worldSize, options.shardGroup()};
+  ManifestInput input{source.path, sha256, mesh};
   std::string manifest = buildManifest(result.module, plan, input);
   if (options.worldSize == 1) {
     writeSingleFile(result.module, sha256Hex(manifest), output, source.parameters.get());
   } else {
-    writeShardedDirectory(result.module, plan, options.worldSize, manifest, output, source.parameters.get());
+    writeShardedDirectory(result.module, plan, mesh, manifest, output, source.parameters.get());
   }
 }
 
@@ -87,16 +88,18 @@ void shardForRank(TransformResult& result, const PipelineOptions& options, int64
   const StateReplacements synced = agreeOnModuleStates(result.module, rank, options.worldSize, states);
   applyStateReplacements(result.module, synced);
   ModuleIndex index(result.module);
+  const Mesh mesh{options.worldSize, options.shardGroup()};
   for (const auto& unit : plan.units) {
     for (const auto& param : unit.params) {
       auto replaced = synced.find(param.tensor.unsafeGetTensorImpl());
       const at::Tensor& full = replaced == synced.end() ? param.tensor : replaced->second;
-      at::Tensor shard = makeShard(full, rank, options.worldSize);
+      at::Tensor shard = makeShard(full, mesh.shardOf(rank), mesh.shardGroupSize);
       for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, shard);
     }
   }
   result.module.setattr(kRankAttr, rank);
   result.module.setattr(kWorldSizeAttr, options.worldSize);
+  if (result.module.hasattr(kShardGroupSizeAttr)) result.module.setattr(kShardGroupSizeAttr, mesh.shardGroupSize);
 }
 
 }  // namespace fsdp_opt

@@ -38,6 +38,7 @@ constexpr const char* kUnitPathAttr = "_fsdp_unit_path";             // on every
 constexpr const char* kRankAttr = "_fsdp_rank";                      // on the root
 constexpr const char* kWorldSizeAttr = "_fsdp_world_size";           // on the root
 constexpr const char* kManifestHashAttr = "_fsdp_manifest_sha256";  // on the root
+constexpr const char* kShardGroupSizeAttr = "_fsdp_shard_group_size";  // on an HSDP file's root
 
 // Registers `_fsdp_unit_path` on every unit instance (idempotent).
 void addUnitPathAttributes(torch::jit::Module& root, const FsdpPlan& plan);

@@ -68,6 +68,16 @@ const std::vector<OptionEntry>& optionEntries() {
          o.worldSize = n;
          return "";
        }},
+      {{"shard-group-size", "S",
+        "hybrid sharding: shard units over groups of S consecutive ranks, replicate across groups (default: W)",
+        false},
+       [](PipelineOptions& o, const std::string& v) -> std::string {
+         int64_t n = 0;
+         if (!parseInt(v, n)) return "--shard-group-size expects an integer, got " + quoted(v);
+         if (n < 1) return "--shard-group-size must be at least 1, got " + v;
+         o.shardGroupSize = n;
+         return "";
+       }},
       {{"max-unsharded-bytes", "SIZE",
         "bound on the peak of unsharded parameter bytes (e.g. 512MiB; default: none)", false},
        [](PipelineOptions& o, const std::string& v) -> std::string {
@@ -124,6 +134,14 @@ std::string applyOptions(PipelineOptions& options, const std::vector<std::string
     }
     std::string error = applyOption(options, item.substr(2, equals - 2), item.substr(equals + 1));
     if (!error.empty()) return error;
+  }
+  return checkOptions(options);
+}
+
+std::string checkOptions(const PipelineOptions& options) {
+  if (options.shardGroupSize && options.worldSize % *options.shardGroupSize != 0) {
+    return "--shard-group-size=" + std::to_string(*options.shardGroupSize) + " does not divide --world-size=" +
+           std::to_string(options.worldSize) + " (W ranks form W / S shard groups of S ranks)";
   }
   return "";
 }

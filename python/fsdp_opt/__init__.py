@@ -268,7 +268,7 @@ def _positive(value, what: str) -> Optional[int]:
 
 
 def _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
-             max_unsharded_bytes, bucket_bytes, param_dtype) -> List[str]:
+             max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size=None) -> List[str]:
     """The keywords as fsdp-opt's flags ("--name=value"): the libraries parse them as the
     command line's, so values and error texts are the same."""
     if not _is_script_module(script_module):
@@ -284,6 +284,8 @@ def _options(script_module, units, unit_types, min_unit_params, forward_methods,
         options.append("--fsdp-min-unit-params=%d" % min_params)
     options += ["--forward-method=" + m for m in _forward_method_specs(forward_methods) + recorded_methods]
     options.append("--world-size=%d" % world_size)
+    if _positive(shard_group_size, "shard_group_size") is not None:
+        options.append("--shard-group-size=%d" % shard_group_size)
     for flag, value, what in (("--max-unsharded-bytes", max_unsharded_bytes, "max_unsharded_bytes"),
                               ("--bucket-bytes", bucket_bytes, "bucket_bytes")):
         if _size(value, what) >= 0:
@@ -331,7 +333,8 @@ def transform(script_module: torch.jit.ScriptModule,
               unit_types: Optional[Iterable[str]] = None,
               min_unit_params: Optional[int] = None,
               statistics: Optional[dict] = None,
-              sync_module_states: bool = False) -> torch.jit.ScriptModule:
+              sync_module_states: bool = False,
+              shard_group_size: Optional[int] = None) -> torch.jit.ScriptModule:
     """Runs fsdp-opt's pipeline in this process and returns the rewritten ScriptModule; the
     input is left as it was (the result shares its parameter tensors until sharded).
 
@@ -352,6 +355,10 @@ def transform(script_module: torch.jit.ScriptModule,
                       common seed) is an FsdpOptError naming the first differing tensor.
     sync_module_states: instead of that error, take rank 0's values (FSDP1's keyword): the
                       tensors that differ are broadcast from rank 0.
+    shard_group_size: hybrid sharding (`--shard-group-size`, FSDP2's 2-D mesh, HSDP): units
+                      are sharded over groups of this many consecutive ranks (a node's, as
+                      torchrun numbers them) and replicated across the world_size / S groups;
+                      None shards over all world_size ranks.
     passes:           pass names (list or "a,b,c") instead of the default pipeline.
     max_unsharded_bytes, bucket_bytes: as the command-line flags; None is their default.
     param_dtype:      gather in this dtype (torch.bfloat16/"bf16", torch.float16/"fp16"),
@@ -365,7 +372,7 @@ def transform(script_module: torch.jit.ScriptModule,
     FsdpOptError with fsdp-opt's error text."""
     load()
     options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
-                       max_unsharded_bytes, bucket_bytes, param_dtype)
+                       max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size)
     if rank is None:
         rank = -1
     elif not isinstance(rank, int) or isinstance(rank, bool) or not 0 <= rank < world_size:
@@ -396,14 +403,15 @@ def shard(script_module: torch.jit.ScriptModule,
           *,
           unit_types: Optional[Iterable[str]] = None,
           min_unit_params: Optional[int] = None,
-          statistics: Optional[dict] = None) -> List[str]:
+          statistics: Optional[dict] = None,
+          shard_group_size: Optional[int] = None) -> List[str]:
     """Runs the pipeline and writes what `fsdp-opt -o OUTPUT` writes: for world_size > 1 the
     directory OUTPUT with rank{r}.pt and manifest.json, otherwise the file OUTPUT. Returns the
     paths of the rank files (torch.jit.load them after fsdp_opt.load()). Arguments and errors
     as for transform()."""
     load()
     options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
-                       max_unsharded_bytes, bucket_bytes, param_dtype)
+                       max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size)
     output = os.fspath(output)
     try:
         lines, counts = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes))
@@ -473,6 +481,19 @@ def _manifest_units(module, manifest: Optional[str], what: str) -> Optional[list
     return json.loads(raw.decode("utf-8"))["units"]
 
 
+def _check_rank_file(module: torch.jit.ScriptModule) -> None:
+    """What an entry method does first (fsdp::check_rank): the file against the process group,
+    and an HSDP file's mesh made the one the gathers use."""
+    if not hasattr(module, "_fsdp_rank"):
+        return
+    rank, world, sha = int(module._fsdp_rank), int(module._fsdp_world_size), str(module._fsdp_manifest_sha256)
+    group = getattr(module, "_fsdp_shard_group_size", None)
+    if group is None:
+        torch.ops.fsdp.check_rank(rank, world, sha)
+    else:
+        torch.ops.fsdp.check_rank(rank, world, int(group), sha)
+
+
 def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, torch.Tensor]:
     """The unsharded state of a rank file's module, as the original model's state_dict() names
     it: every unit's parameters gathered (one collective per unit, in the manifest's order: a
@@ -483,6 +504,7 @@ def full_state_dict(module: torch.jit.ScriptModule, manifest: str) -> Dict[str, 
     `original.load_state_dict(...)` and save that (test/e2e/train_exact.py checks it)."""
     load()
     units = _manifest_units(module, manifest, "full_state_dict")
+    _check_rank_file(module)
     state: Dict[str, torch.Tensor] = {}
     with torch.no_grad():
         for unit in units:

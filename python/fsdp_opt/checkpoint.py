@@ -29,7 +29,7 @@ class _Layout:
     def __init__(self, module, manifest, mesh, what):
         from . import FsdpOptError, _manifest_units
         try:
-            from torch.distributed.tensor import DTensor, Shard
+            from torch.distributed.tensor import DTensor, Replicate, Shard
             from torch.distributed.device_mesh import init_device_mesh
         except ImportError as e:  # torch 1.13
             raise FsdpOptError("%s needs torch.distributed.tensor (torch 2.x); this torch %s has only "
@@ -38,6 +38,10 @@ class _Layout:
 
         self.rank = int(getattr(module, "_fsdp_rank", 0))
         self.world = int(getattr(module, "_fsdp_world_size", 1))
+        # An HSDP file (--shard-group-size) holds shard r % S of S; its mesh is 2-D, (R, S).
+        self.group = int(getattr(module, "_fsdp_shard_group_size", self.world))
+        self.shard = self.rank % self.group
+        shape = (self.world,) if self.group == self.world else (self.world // self.group, self.group)
         units = _manifest_units(module, manifest, what)
         if units is None and self.world != 1:
             raise FsdpOptError("%s: a rank file of world size %d needs its run's manifest.json" % (what, self.world))
@@ -47,11 +51,17 @@ class _Layout:
                                    "torch.distributed.init_process_group (DCP needs it) or pass a mesh" % what)
             first = next(iter(module.parameters()), None)
             device_type = first.device.type if first is not None else "cpu"
-            mesh = init_device_mesh(device_type, (dist.get_world_size(),))
-        if mesh.ndim != 1 or mesh.size() != self.world or mesh.get_local_rank() != self.rank:
-            raise FsdpOptError("%s: the mesh (size %d, this process at %d) does not match the rank file (rank %d "
-                               "of world size %d)" % (what, mesh.size(), mesh.get_local_rank(), self.rank, self.world))
-        self.mesh, self._dtensor, self._shard, self._what = mesh, DTensor, Shard, what
+            if dist.get_world_size() != self.world:
+                raise FsdpOptError("%s: torch.distributed has world size %d, the rank file %d"
+                                   % (what, dist.get_world_size(), self.world))
+            mesh = init_device_mesh(device_type, shape)
+        if tuple(mesh.shape) != shape or mesh.get_coordinate() != list(divmod(self.rank, self.group))[2 - len(shape):]:
+            raise FsdpOptError("%s: the mesh (shape %s, this process at %s) does not match the rank file (rank %d "
+                               "of world size %d, shard group size %d: mesh %s)"
+                               % (what, tuple(mesh.shape), mesh.get_coordinate(), self.rank, self.world, self.group,
+                                  shape))
+        self.placements = [Shard(0)] if len(shape) == 1 else [Replicate(), Shard(0)]
+        self.mesh, self._dtensor, self._what = mesh, DTensor, what
         if units is None:  # world size 1: every parameter whole
             self.params = [(name, [], list(p.shape)) for name, p in module.named_parameters() if p.dim() > 0]
         else:
@@ -67,13 +77,13 @@ class _Layout:
         if shape is None:
             return tensor
         rows = shape[0]
-        chunk = -(-rows // self.world)
-        count = min(chunk, rows - min(self.rank * chunk, rows))
+        chunk = -(-rows // self.group)
+        count = min(chunk, rows - min(self.shard * chunk, rows))
         if list(tensor.shape[1:]) != shape[1:] or tensor.shape[0] != chunk:
-            raise FsdpOptError("%s: %s has shape %s, not a shard of %s for world size %d (is a unit gathered?)"
-                               % (self._what, name, list(tensor.shape), shape, self.world))
+            raise FsdpOptError("%s: %s has shape %s, not a shard of %s for shard group size %d (is a unit gathered?)"
+                               % (self._what, name, list(tensor.shape), shape, self.group))
         stride = torch.empty(shape, device="meta").stride()
-        return self._dtensor.from_local(tensor.narrow(0, 0, count), self.mesh, [self._shard(0)], run_check=False,
+        return self._dtensor.from_local(tensor.narrow(0, 0, count), self.mesh, self.placements, run_check=False,
                                         shape=torch.Size(shape), stride=stride)
 
 
@@ -87,8 +97,10 @@ def sharded_state_dict(module: torch.jit.ScriptModule, manifest: Optional[str] =
     share storage with the module, so `dcp.load` into the dict loads the module in place (save
     the module afterwards to keep it as a rank file). Call it between entry calls (the units
     sharded). `manifest`: the run's manifest.json (not needed at world size 1). `mesh`: a 1-D
-    DeviceMesh of the rank file's world size (default: one over the default process group, which
-    torch.distributed must have, on the parameters' device type)."""
+    DeviceMesh of the rank file's world size, or for an HSDP file (--shard-group-size=S) a 2-D
+    one of shape (W / S, S), the unit parameters then (Replicate(), Shard(0)) as FSDP2's HSDP
+    lays them out (default: one over the default process group, which torch.distributed must
+    have, on the parameters' device type)."""
     from . import _attribute
     layout = _Layout(module, manifest, mesh, "sharded_state_dict")
     state: Dict[str, torch.Tensor] = {}

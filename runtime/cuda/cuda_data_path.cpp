@@ -138,7 +138,7 @@ class CudaUnshard final : public PendingUnshard {
         try {
           order = lockCollectiveOrder();
           exchangeHostEnvelope(gatherIdentity(req, perParam_ ? "per-param" : "packed", payload),
-                               context);
+                               context, CollectiveGroup::kShardGroup);
         } catch (const std::exception& e) {
           throwCollectiveFailure(context, n, payload,
                                  glooBuilt() ? "gloo (fingerprint envelope)"
@@ -206,7 +206,7 @@ class CudaUnshard final : public PendingUnshard {
       at::Tensor send = at::empty({layout.packedBytes()}, byteOpts);
       at::Tensor recv = at::empty({layout.gatheredBytes()}, byteOpts);
       copyIn(layout, sources, req.dtypes, send, context);
-      std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context);
+      std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context, CollectiveGroup::kShardGroup);
       backendName_ = backend->name();
       if (layout.packedBytes() > 0) {
         try {
@@ -262,7 +262,7 @@ class CudaUnshard final : public PendingUnshard {
       inputs.push_back(std::move(in));
       outputs.push_back(std::move(out));
     }
-    std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context);
+    std::shared_ptr<CollectiveBackend> backend = backendFor(device_, context, CollectiveGroup::kShardGroup);
     backendName_ = backend->name();
     if (!inputs.empty()) {
       try {

@@ -420,9 +420,14 @@ def check_rank_files(t, out_dir, original_pt, world, label):
     n_params = 0
     if manifest.get("world_size") != world:
         problems.append("manifest world_size %r != %d" % (manifest.get("world_size"), world))
+    # An HSDP run (--shard-group-size=S): rank r holds shard r % S of S.
+    group = manifest.get("mesh", {}).get("shard_group_size", world)
     for r in range(world):
         m = torch.jit.load(os.path.join(out_dir, "rank%d.pt" % r))
-        for attr, want in (("_fsdp_rank", r), ("_fsdp_world_size", world), ("_fsdp_manifest_sha256", sha)):
+        tags = [("_fsdp_rank", r), ("_fsdp_world_size", world), ("_fsdp_manifest_sha256", sha)]
+        if group != world:
+            tags.append(("_fsdp_shard_group_size", group))
+        for attr, want in tags:
             got = m._c.getattr(attr) if m._c.hasattr(attr) else "<missing>"
             if got != want:
                 problems.append("rank%d.pt: %s = %r, expected %r" % (r, attr, got, want))
@@ -437,7 +442,7 @@ def check_rank_files(t, out_dir, original_pt, world, label):
                 if full.dim() == 0:
                     d = same_bits(shard, full, "rank%d.pt %s" % (r, p["path"]))
                 else:
-                    d = same_bits(shard, expected_shard(full, world, r), "rank%d.pt %s" % (r, p["path"]))
+                    d = same_bits(shard, expected_shard(full, group, r % group), "rank%d.pt %s" % (r, p["path"]))
                 if d:
                     problems.append(d)
                 for alias in p.get("aliases", []):
@@ -474,10 +479,13 @@ class RankResult:
             self.rank, how, self.elapsed, self.stdout[-tail:], self.stderr[-tail:])
 
 
-def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None):
+def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None, nodes=1, rank_env=None):
     """Starts world_size rank processes running target(ctx) (see the module docstring) and
     waits for all of them, at most `timeout` seconds in total; ranks still running then are
-    killed and marked timed_out. Returns [RankResult] in rank order."""
+    killed and marked timed_out. Returns [RankResult] in rank order. `nodes`: the ranks are
+    numbered as torchrun numbers them on that many nodes of world_size / nodes ranks each
+    (LOCAL_RANK, LOCAL_WORLD_SIZE and GROUP_RANK, the node's index). `rank_env`: {rank: {name:
+    value}} set for single ranks only."""
     if callable(target):
         fn_name = target.__name__
         src = os.path.abspath(inspect.getsourcefile(target))
@@ -498,9 +506,11 @@ def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None)
     try:
         for r in range(world_size):
             e = dict(base_env)
-            e.update({"RANK": str(r), "LOCAL_RANK": str(r), "WORLD_SIZE": str(world_size),
-                      "LOCAL_WORLD_SIZE": str(world_size), "MASTER_ADDR": "127.0.0.1",
-                      "MASTER_PORT": str(port)})
+            per_node = world_size // nodes
+            e.update({"RANK": str(r), "LOCAL_RANK": str(r % per_node), "WORLD_SIZE": str(world_size),
+                      "LOCAL_WORLD_SIZE": str(per_node), "GROUP_RANK": str(r // per_node),
+                      "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)})
+            e.update((rank_env or {}).get(r, {}))
             out_path = os.path.join(work, "rank%d.result.pt" % r)
             fo = open(os.path.join(work, "rank%d.stdout" % r), "w+")
             fe = open(os.path.join(work, "rank%d.stderr" % r), "w+")

@@ -11,6 +11,8 @@
 #     every shard is bitwise the trained model's rows (assembled from the W=2 ranks' shards at
 #     step 3), the padding stays zero, and a rank file saved after the load and loaded again
 #     holds the same;
+#   - rank files of W=4 as 2 x 2 (--shard-group-size=2, HSDP: their DTensors on a 2-D mesh,
+#     (Replicate(), Shard(0))) load it too: rank r holds shard r % 2, bitwise;
 #   - an FSDP2 model of the same architecture (fully_shard on every block and the root, W=2)
 #     dcp.loads it: every full_tensor() is bitwise the trained parameter;
 #   - the reverse: an FSDP2 job at W=2 dcp.saves its model (seed 1) and W=2 rank files (made
@@ -136,6 +138,9 @@ def main():
         dirs[w] = os.path.join(out_dir, "w%d%s" % (w, ".pt" if w == 1 else ""))
         if not h.sharded(t, src[0], dirs[w], "--world-size=%d" % w, "--fsdp-unit=blocks.*"):
             return t.finish("")
+    dirs["2x2"] = os.path.join(out_dir, "w4s2")
+    if not h.sharded(t, src[0], dirs["2x2"], "--world-size=4", "--shard-group-size=2", "--fsdp-unit=blocks.*"):
+        return t.finish("")
     with open(os.path.join(dirs[2], "manifest.json")) as f:
         unit_params = {name for u in json.load(f)["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
 
@@ -182,6 +187,16 @@ def main():
                 check_shards(t, label, {n: v[which][n] for n in sharded_names if n in v[which]}, sharded_names, w, r)
                 if whole_names:  # parameters above every unit: whole on every rank
                     check_shards(t, label + ", replicated", v[which], whole_names, 1, r)
+    resaved = os.path.join(out_dir, "resaved2x2")
+    os.makedirs(resaved)
+    values = ranks(4, "load", ckpt=ckpt, resaved=resaved, dir=dirs["2x2"])
+    for r, v in enumerate(values or []):
+        for which in ("params", "resaved"):
+            label = "step-3 checkpoint into W=4 as 2x2 (HSDP) rank files%s" % (
+                " (saved and loaded again)" if which == "resaved" else "")
+            check_shards(t, label, {n: v[which][n] for n in sharded_names if n in v[which]}, sharded_names, 2, r % 2)
+            if whole_names:
+                check_shards(t, label + ", replicated", v[which], whole_names, 1, r)
     values = ranks(2, "fsdp2_load", ckpt=ckpt)
     for r, v in enumerate(values or []):
         check_shards(t, "step-3 checkpoint into FSDP2 (full_tensor)", v["params"], trained, 1, r)

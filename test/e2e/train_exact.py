@@ -123,7 +123,7 @@ def rank_main(ctx):
     return result
 
 
-def reference(orig, model_name, optim, inputs, mode, world):
+def reference(orig, model_name, optim, inputs, mode, world, group=None, sharded=()):
     """The original model trained in one process on the mean of the W ranks' gradients.
 
     One copy of the original per rank, holding the same values, each called exactly as often as
@@ -131,6 +131,10 @@ def reference(orig, model_name, optim, inputs, mode, world):
     they are and later ones through an optimised graph (fused, differentiated as a whole), whose
     backward may add in another order, so a copy called W times a step would run rank 1's step 0
     the way rank 1 runs its step 1."""
+    # HSDP (`group` < world): a unit parameter's gradient is summed within each shard group of
+    # `group` consecutive ranks, then the groups' sums in group order ((g0 + g1) + (g2 + g3) at
+    # 2 x 2), as the runtime adds them; replicated parameters over all ranks in rank order.
+    group = group or world
     torch.set_num_threads(1)
     copies = [torch.jit.load(orig) for _ in range(world)]
     model = copies[0]
@@ -145,6 +149,7 @@ def reference(orig, model_name, optim, inputs, mode, world):
         for k in range(len(inputs[0][step])):
             accumulated = {n: p.grad for n, p in params.items()}
             total = {}
+            partial = {}  # unit parameters: the sum of the current shard group
             for r in range(world):
                 mine = copy_params[r]
                 for p in mine.values():
@@ -152,9 +157,17 @@ def reference(orig, model_name, optim, inputs, mode, world):
                 x, y = inputs[r][step][k]
                 loss_of(model_name, copies[r], x, y).backward()
                 for n, p in mine.items():
-                    if p.grad is not None:
+                    if p.grad is None:
+                        continue
+                    if n in sharded and group != world:
+                        partial[n] = p.grad.clone() if n not in partial else partial[n] + p.grad
+                    else:
                         # The runtime sums the ranks' gradients, then divides by W (FSDP2's average).
                         total[n] = p.grad.clone() if n not in total else total[n] + p.grad
+                if (r + 1) % group == 0 and group != world:
+                    for n, g in partial.items():
+                        total[n] = g if n not in total else total[n] + g
+                    partial = {}
             for n, p in params.items():
                 before = accumulated[n]
                 if n in total:
@@ -181,7 +194,7 @@ def sharded_names(out_dir):
 def compare(t, label, got, want, world, rank, exact, sharded):
     """got: a rank's tensor; want: the reference's full tensor, of which `got` holds rank's rows
     when `sharded`, all of it otherwise."""
-    expect = h.expected_shard(want, world, rank) if sharded else want
+    expect = h.expected_shard(want, world, rank) if sharded else want  # world: the shard group size
     if got.shape != expect.shape:
         return t.check(False, label, "shape %s, expected %s" % (tuple(got.shape), tuple(expect.shape)))
     if exact:
@@ -198,19 +211,24 @@ def main():
     ap.add_argument("--worlds", default="1,2")
     ap.add_argument("--optim", default="sgd,adamw")
     ap.add_argument("--mode", default="plain", choices=["plain", "accumulate"])
+    ap.add_argument("--shard-group-size", type=int, default=None,
+                    help="HSDP: rank files made with --shard-group-size (every world a multiple of it)")
     ap.add_argument("--full-state", action="store_true",
                     help="ranks load with fsdp_opt.load_rank_file and return fsdp_opt.full_state_dict")
     ap.add_argument("out")
     a = ap.parse_args()
     torch.set_num_threads(1)
-    t = h.Test("train_exact %s W=%s %s %s" % (a.model, a.worlds, a.optim, a.mode))
+    hsdp = " S=%d" % a.shard_group_size if a.shard_group_size else ""
+    t = h.Test("train_exact %s W=%s%s %s %s" % (a.model, a.worlds, hsdp, a.optim, a.mode))
     orig = os.path.join(a.out, "%s.pt" % a.model)
     if not os.path.exists(orig):
         fm.save(fm.make(a.model), orig)
     per_step = 2 if a.mode == "accumulate" else 1
     for w in [int(x) for x in a.worlds.split(",")]:
-        out = os.path.join(a.out, "%s.%s.w%d%s" % (a.model, a.mode, w, ".pt" if w == 1 else ""))
-        if not h.sharded(t, orig, out, "--world-size=%d" % w, *FLAGS[a.model]):
+        group = a.shard_group_size or w
+        mesh = ["--shard-group-size=%d" % group] if a.shard_group_size else []
+        out = os.path.join(a.out, "%s.%s.w%d%s%s" % (a.model, a.mode, w, hsdp.replace(" S=", ".s"), ".pt" if w == 1 else ""))
+        if not h.sharded(t, orig, out, "--world-size=%d" % w, *mesh, *FLAGS[a.model]):
             continue
         sharded = sharded_names(out) if w > 1 else set()  # W=1: every "shard" is the whole
         rank_file = out if w == 1 else None
@@ -218,14 +236,14 @@ def main():
         inputs_path = os.path.join(a.out, "%s.%s.w%d.inputs.pt" % (a.model, a.mode, w))
         torch.save(inputs, inputs_path)
         for optim in a.optim.split(","):
-            label = "W=%d %s %s" % (w, optim, a.mode)
+            label = "W=%d%s %s %s" % (w, " as %dx%d" % (w // group, group) if a.shard_group_size else "", optim, a.mode)
             results = h.run_ranks(w, rank_main, {"dir": out, "file": rank_file, "full_state": a.full_state,
                                                  "python_dir": PYTHON_DIR, "inputs": inputs_path, "optim": optim,
                                                  "model": a.model, "mode": a.mode}, timeout=300)
             if not t.check(all(x.ok for x in results), "%s: every rank trains %d steps" % (label, STEPS),
                            h.describe_ranks(results)):
                 continue
-            first, final = reference(orig, a.model, optim, inputs, a.mode, w)
+            first, final = reference(orig, a.model, optim, inputs, a.mode, w, group, sharded)
             exact = True
             for res in results:
                 v = res.value
@@ -233,18 +251,18 @@ def main():
                 t.check(not bad and set(v["grads"]) == set(first),
                         "%s rank %d: the same parameters have gradients" % (label, res.rank),
                         "missing %s, extra %s" % (bad, sorted(set(v["grads"]) - set(first))))
-                grads_ok = all(compare(_Quiet(), n, v["grads"][n], first[n], w, res.rank, exact, n in sharded)
+                grads_ok = all(compare(_Quiet(), n, v["grads"][n], first[n], group, res.rank % group, exact, n in sharded)
                                for n in first if n in v["grads"])
                 if not grads_ok:
                     for n in first:
                         if n in v["grads"]:
-                            compare(t, "%s rank %d grad %s" % (label, res.rank, n), v["grads"][n], first[n], w, res.rank, exact,
+                            compare(t, "%s rank %d grad %s" % (label, res.rank, n), v["grads"][n], first[n], group, res.rank % group, exact,
                                     n in sharded)
                 t.check(grads_ok, "%s rank %d: %d first-step gradients equal the mean's rows" % (label, res.rank, len(first)))
-                params_ok = all(compare(_Quiet(), n, v["params"][n], final[n], w, res.rank, exact, n in sharded) for n in final)
+                params_ok = all(compare(_Quiet(), n, v["params"][n], final[n], group, res.rank % group, exact, n in sharded) for n in final)
                 if not params_ok:
                     for n in final:
-                        compare(t, "%s rank %d param %s" % (label, res.rank, n), v["params"][n], final[n], w, res.rank, exact,
+                        compare(t, "%s rank %d param %s" % (label, res.rank, n), v["params"][n], final[n], group, res.rank % group, exact,
                                 n in sharded)
                 t.check(params_ok, "%s rank %d: %d parameters after %d steps equal the reference's rows"
                         % (label, res.rank, len(final), STEPS))

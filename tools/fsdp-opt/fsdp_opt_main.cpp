@@ -99,6 +99,7 @@ int run(const Flags& flags) {
       if (!error.empty()) return fail(error);
     }
   }
+  if (std::string error = checkOptions(options); !error.empty()) return fail(error);
   options.verifyEach = flags.verifyEach;
   options.printIrAfter.insert(flags.printIrAfter.begin(), flags.printIrAfter.end());
   options.printIrAfterAll = flags.printIrAfterAll;
