@@ -55,7 +55,7 @@ class _Layout:
                 raise FsdpOptError("%s: torch.distributed has world size %d, the rank file %d"
                                    % (what, dist.get_world_size(), self.world))
             mesh = init_device_mesh(device_type, shape)
-        if tuple(mesh.shape) != shape or mesh.get_coordinate() != list(divmod(self.rank, self.group))[2 - len(shape):]:
+        if tuple(mesh.shape) != shape or list(mesh.get_coordinate() or []) != list(divmod(self.rank, self.group))[2 - len(shape):]:
             raise FsdpOptError("%s: the mesh (shape %s, this process at %s) does not match the rank file (rank %d "
                                "of world size %d, shard group size %d: mesh %s)"
                                % (what, tuple(mesh.shape), mesh.get_coordinate(), self.rank, self.world, self.group,
