@@ -122,8 +122,21 @@ def main():
     p.add_argument("--worlds", default="2,8")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", help="write the results here")
+    p.add_argument("--plot-from", metavar="LABEL=JSON,...",
+                   help="only draw --plot from earlier runs' --json files (one group of bars each)")
+    p.add_argument("--plot", help="the PNG --plot-from writes (default docs/bench_shard_model.png)")
     bc.add_build_args(p)
     a = p.parse_args()
+    if a.plot_from:
+        runs = []
+        for item in a.plot_from.split(","):
+            label, path = item.split("=", 1)
+            with open(path) as f:
+                runs.append((label, json.load(f)))
+        plot = a.plot or os.path.join(bc.ROOT, "docs", "bench_shard_model.png")
+        _plot(runs, plot)
+        print("plot: %s" % plot)
+        return 0
     if a.quick:
         a.n_layer, a.n_embd, a.vocab, a.rounds = 4, 512, 8192, 1
     worlds = [int(w) for w in a.worlds.split(",")]
@@ -202,6 +215,33 @@ def main():
                            "load_save_calls_s": base_calls, "rows": rows,
                            "targets": targets, "exact": {str(w): v for w, v in exact.items()}}, f, indent=2)
         return 0 if all(exact.values()) else 1
+
+
+def _plot(runs, path):
+    """Peak RSS and wall time of every configuration, relative to the model's size and to the
+    load+save process, one group of bars per run (a LibTorch leg)."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    configs = [r["configuration"] for r in runs[0][1]["rows"] if not r["configuration"].startswith("libraries")]
+    width = 0.8 / len(runs)
+    for k, (label, d) in enumerate(runs):
+        rows = {r["configuration"]: r for r in d["rows"]}
+        xs = [i + k * width for i in range(len(configs))]
+        axes[0].bar(xs, [rows[c]["peak_over_model"] for c in configs], width, label=label)
+        axes[1].bar(xs, [rows[c]["wall_over_load_save_process"] for c in configs], width, label=label)
+    for ax, title, target in ((axes[0], "peak RSS / model size", 0.5), (axes[1], "wall time / load+save process", 1.0)):
+        ax.set_xticks([i + 0.4 - width / 2 for i in range(len(configs))])
+        ax.set_xticklabels(configs)
+        ax.axhline(target, color="k", ls="--", lw=1)
+        ax.set_title(title)
+        ax.legend()
+    d = runs[0][1]
+    fig.suptitle("fsdp-opt -o on a %.2f GiB GPT beside torch.jit.load + save (dashed: issue 18's targets)"
+                 % (d["model_bytes"] / 2 ** 30))
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
 
 
 if __name__ == "__main__":

@@ -26,7 +26,10 @@
 # predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
 # first token), at FSDP2 reshard=True's peak; shard_model.py shards a 64 MiB GPT at W=2 and W=8 with
 # fsdp-opt beside torch.jit.load + save in processes of their own, and every rank file's tensors
-# are bitwise the model's shards. Timings and peaks in --quick mode mean nothing and are not checked.
+# are bitwise the model's shards; hsdp.py runs generate under a budget and a training step at W=4
+# as 2 nodes x 2, fully sharded (1 x 4) and HSDP (2 x 2): hsdp's decode sends nothing across
+# nodes but the loop's agreements, the tokens agree and HSDP's replicas train to equal parameters. Timings and peaks in
+# --quick mode mean nothing and are not checked.
 #
 # REQUIRES: torch2
 # RUN: %python %S/../bench/generate_vs_eager.py --quick --work %t.gen | FileCheck %s --check-prefix=GEN
@@ -36,6 +39,7 @@
 # RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
 # RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
 # RUN: %python %S/../bench/shard_model.py --quick --work %t.shard | FileCheck %s --check-prefix=SHARD
+# RUN: %python %S/../bench/hsdp.py --quick --work %t.hsdp | FileCheck %s --check-prefix=HSDP
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -161,3 +165,11 @@
 # SHARD: W=2 rank files: every tensor bitwise the model's shard
 # SHARD-NEXT: W=8 rank files: every tensor bitwise the model's shard
 # SHARD: target peak RSS at W=8 <= 0.5x the model
+#
+# HSDP: model: GPT n_layer=2 n_embd=32 vocab=67
+# HSDP: | configuration | mesh | decode ms/call | / full | decode within node | decode across nodes | train ms/step | / full | train within node | train across nodes |
+# HSDP: | full {{ *}}| 1x4  | {{[0-9.]+}} {{ *}}| 1.00 {{ *}}| 0 B {{ *}}| {{[0-9.]+}} {{K?i?B}}
+# HSDP-NEXT: | hsdp {{ *}}| 2x2  | {{[0-9.]+}} {{ *}}| {{[0-9.]+}} {{ *}}| {{[0-9.]+}} {{K?i?B}} {{ *}}| {{[0-9.]+}} {{K?i?B}} {{ *}}|
+# HSDP: decode tokens equal under full and hsdp on every rank: True
+# HSDP-NEXT: trained parameters, hsdp vs full: max |diff| {{.*}}; hsdp's equal on every rank: True
+# HSDP-NEXT: hsdp decode: across nodes only the decoding loop's agreements (one 512-byte envelope each): True
