@@ -108,6 +108,22 @@ TEST(Options, ErrorsNameTheFlagAndTheValue) {
   EXPECT_EQ(options.worldSize, 1);  // nothing was set by the failures
 }
 
+TEST(Options, ShardGroupSizeMustDivideTheWorldSize) {
+  PipelineOptions options;
+  EXPECT_EQ(options.shardGroup(), 1);
+  EXPECT_FALSE(options.hybrid());
+  EXPECT_EQ(applyOptions(options, {"--shard-group-size=2", "--world-size=4"}), "");  // in any order
+  EXPECT_EQ(options.shardGroup(), 2);
+  EXPECT_TRUE(options.hybrid());
+  PipelineOptions plain;
+  EXPECT_EQ(applyOptions(plain, {"--world-size=4", "--shard-group-size=4"}), "");
+  EXPECT_FALSE(plain.hybrid());
+  PipelineOptions uneven;
+  EXPECT_EQ(applyOptions(uneven, {"--world-size=4", "--shard-group-size=3"}),
+            "--shard-group-size=3 does not divide --world-size=4 (W ranks form W / S shard groups of S ranks)");
+  EXPECT_EQ(applyOption(uneven, "shard-group-size", "0"), "--shard-group-size must be at least 1, got 0");
+}
+
 TEST(Options, EveryListedOptionIsAccepted) {
   // The table --help prints and applyOption parse agree: each listed name is known.
   for (const OptionInfo& info : pipelineOptions()) {
