@@ -2,6 +2,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <climits>
 #include <cmath>
@@ -333,6 +334,23 @@ void checkRank(int64_t rank, int64_t world, int64_t shardGroupSize, const std::s
         c10::str("fsdp::check_rank: exchanging manifest hashes through the store failed "
                  "within ",
                  st.timeout.count() / 1000.0, " s; a peer may have died: ", describeException(e)));
+  }
+  if (std::any_of(shas.begin(), shas.end(), [&](const std::string& other) { return other != published; })) {
+    // Every rank is about to raise. Rank 0 hosts the store: exiting at once, it would leave
+    // the ranks still reading with a closed connection instead of the error below. So every
+    // rank says it has read everything, and rank 0 waits for that, briefly (best effort).
+    try {
+      st.store->set(round + "read/" + std::to_string(st.info.rank), std::vector<uint8_t>{1});
+      if (st.info.rank == 0) {
+        std::vector<std::string> keys;
+        for (int r = 1; r < st.info.world; ++r) {
+          // A rank that published a note instead of its hash raised at once and reads nothing.
+          if (shas[static_cast<size_t>(r)].rfind(kWrongFile, 0) != 0) keys.push_back(round + "read/" + std::to_string(r));
+        }
+        if (!keys.empty()) st.store->wait(keys, std::min(std::chrono::milliseconds(5000), st.timeout));
+      }
+    } catch (const std::exception&) {
+    }
   }
   for (int r = 0; r < st.info.world; ++r) {
     const std::string& other = shas[static_cast<size_t>(r)];
