@@ -25,6 +25,15 @@ struct OptionEntry {
 
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
+// A count of ranks (--world-size, --shard-group-size): "" and `out` set, or the flag's error.
+std::string parseRankCount(const char* flag, const std::string& text, int64_t& out) {
+  int64_t n = 0;
+  if (!parseInt(text, n)) return std::string("--") + flag + " expects an integer, got " + quoted(text);
+  if (n < 1) return std::string("--") + flag + " must be at least 1, got " + text;
+  out = n;
+  return "";
+}
+
 const std::vector<OptionEntry>& optionEntries() {
   static const std::vector<OptionEntry> entries = {
       {{"fsdp-unit", "PATTERN",
@@ -61,22 +70,15 @@ const std::vector<OptionEntry>& optionEntries() {
          return "";
        }},
       {{"world-size", "N", "shard for N ranks (default 1)", false},
-       [](PipelineOptions& o, const std::string& v) -> std::string {
-         int64_t n = 0;
-         if (!parseInt(v, n)) return "--world-size expects an integer, got " + quoted(v);
-         if (n < 1) return "--world-size must be at least 1, got " + v;
-         o.worldSize = n;
-         return "";
-       }},
+       [](PipelineOptions& o, const std::string& v) { return parseRankCount("world-size", v, o.worldSize); }},
       {{"shard-group-size", "S",
         "hybrid sharding: shard units over groups of S consecutive ranks, replicate across groups (default: W)",
         false},
-       [](PipelineOptions& o, const std::string& v) -> std::string {
+       [](PipelineOptions& o, const std::string& v) {
          int64_t n = 0;
-         if (!parseInt(v, n)) return "--shard-group-size expects an integer, got " + quoted(v);
-         if (n < 1) return "--shard-group-size must be at least 1, got " + v;
-         o.shardGroupSize = n;
-         return "";
+         std::string error = parseRankCount("shard-group-size", v, n);
+         if (error.empty()) o.shardGroupSize = n;
+         return error;
        }},
       {{"max-unsharded-bytes", "SIZE",
         "bound on the peak of unsharded parameter bytes (e.g. 512MiB; default: none)", false},
