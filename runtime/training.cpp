@@ -184,6 +184,24 @@ fingerprint::Identity gradientIdentity(const std::string& what, const std::vecto
   return id;
 }
 
+// Every rank of `scope`'s `mine` (contiguous, the same size on each), in group-rank order: ONE
+// all-gather behind its fingerprint; [group size, mine.numel()]. How gradients that every rank
+// needs whole are reduced: the additions are then done in that order on every rank alike.
+at::Tensor allGatherInGroupOrder(const at::Tensor& mine, CollectiveGroup scope, const fingerprint::Identity& identity,
+                                 const std::string& ctx, const std::string& what) {
+  const GroupInfo group = groupOf(scope);
+  at::Tensor all = at::empty({group.world, mine.numel()}, mine.options());
+  auto backend = backendFor(mine.device(), ctx, scope);
+  try {
+    at::Tensor in = mine.view({-1}).view(at::kByte);
+    at::Tensor out = all.view({-1}).view(at::kByte);
+    issueFingerprinted(identity, mine.device(), backend, ctx, scope, [&] { return backend->allGatherBytesAsync(in, out); });
+  } catch (const std::exception& e) {
+    raiseReductionFailure(e, ctx, what, group, *backend);
+  }
+  return all;
+}
+
 // Adds up, in replica order, every shard group's sum of this rank's rows (`partials`, in the
 // batch's order): one all-gather over the replica group (HSDP: the R ranks holding the same
 // shard), then the same additions on each of them, so the replicas' shards stay bitwise equal.
@@ -194,21 +212,12 @@ std::vector<at::Tensor> sumOverReplicas(const UnitBatch& batch, const std::vecto
   std::vector<at::Tensor> flat;
   for (const at::Tensor& p : partials) flat.push_back(p.reshape({-1}));
   at::Tensor mine = at::cat(flat).contiguous();
-  at::Tensor all = at::empty({replicas.world, mine.numel()}, mine.options());
-  auto backend = backendFor(mine.device(), ctx, CollectiveGroup::kReplicaGroup);
-  const fingerprint::Identity identity = gradientIdentity(
-      "unit '" + batch.unit + "' across shard groups", partials, static_cast<int64_t>(mine.nbytes()));
-  try {
-    at::Tensor in = mine.view(at::kByte);
-    at::Tensor out = all.view({-1}).view(at::kByte);
-    issueFingerprinted(identity, mine.device(), backend, ctx, CollectiveGroup::kReplicaGroup,
-                       [&] { return backend->allGatherBytesAsync(in, out); });
-  } catch (const std::exception& e) {
-    raiseReductionFailure(e, ctx,
-                          c10::str("the gradients of ", partials.size(), " parameters across ", replicas.world,
-                                   " shard groups (", mine.numel(), " elements per rank)"),
-                          replicas, *backend);
-  }
+  const at::Tensor all = allGatherInGroupOrder(
+      mine, CollectiveGroup::kReplicaGroup,
+      gradientIdentity("unit '" + batch.unit + "' across shard groups", partials, static_cast<int64_t>(mine.nbytes())),
+      ctx,
+      c10::str("the gradients of ", partials.size(), " parameters across ", replicas.world, " shard groups (",
+               mine.numel(), " elements per rank)"));
   std::vector<at::Tensor> sums;
   int64_t offset = 0;
   for (const at::Tensor& p : partials) {
@@ -695,25 +704,15 @@ void replicatedParams(std::vector<at::Tensor> params) {
       checkNoScopeForBackward("backward of a replicated parameter");
       // Every rank needs the whole sum: an all-gather of the (small) gradient, then the
       // additions in rank order, as for unit gradients.
-      const GroupInfo group = ensureGroup();
-      const std::string ctx = "backward of a replicated parameter";
-      auto backend = backendFor(grad.device(), ctx);
       at::Tensor mine = grad.contiguous();
-      at::Tensor all = at::empty({group.world * mine.numel()}, mine.options());
-      const fingerprint::Identity identity =
-          gradientIdentity("a replicated parameter", {mine}, static_cast<int64_t>(mine.nbytes()));
-      try {
-        at::Tensor in = mine.view({-1}).view(at::kByte);
-        at::Tensor out = all.view(at::kByte);
-        issueFingerprinted(identity, grad.device(), backend, ctx, CollectiveGroup::kWorld,
-                           [&] { return backend->allGatherBytesAsync(in, out); });
-      } catch (const std::exception& e) {
-        raiseReductionFailure(e, ctx, c10::str("a gradient of ", grad.sizes()), group, *backend);
-      }
+      const at::Tensor all = allGatherInGroupOrder(
+          mine, CollectiveGroup::kWorld,
+          gradientIdentity("a replicated parameter", {mine}, static_cast<int64_t>(mine.nbytes())),
+          "backward of a replicated parameter", c10::str("a gradient of ", grad.sizes()));
       countGradReduction();
       std::vector<at::Tensor> parts;
-      for (const at::Tensor& part : all.split(mine.numel())) parts.push_back(part.view(mine.sizes()));
-      return sumInRankOrder(parts).div(group.world);
+      for (int64_t r = 0; r < all.size(0); ++r) parts.push_back(all[r].view(mine.sizes()));
+      return sumInRankOrder(parts).div(all.size(0));
     });
   }
 }
