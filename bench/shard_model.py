@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Sharding a model without holding it twice: `fsdp-opt -o` at W=2 and W=8 beside
 `torch.jit.load` + `save` of the same file, each in a process of its own, in ONE run
-(docs/benchmarks.md section 7; include/fsdp_opt/deferred_load.h).
+(docs/benchmarks.md section 7; include/fsdp_opt/passes/deferred_load.h).
 
 The model is a scripted GPT of at least 1 GiB (fsdp_models.GPT: 22 layers, d=1024, vocabulary
 8192; root and every block a unit, generate registered), saved once into the scratch directory

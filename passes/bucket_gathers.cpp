@@ -12,11 +12,11 @@
 //   before: %a = fsdp::all_gather(%pa, %ra, %ua)  %b = fsdp::all_gather(%pb, %rb, %ub)
 //           ... fsdp::reshard(%b, %ub)  fsdp::reshard(%a, %ua)
 //   after:  %ab = fsdp::all_gather(%pa ++ %pb, %ra ++ %rb, "ua, ub") ... fsdp::reshard(%ab, ...)
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/module_tree.h"
+#include "ir/fsdp_ops.h"
+#include "ir/module_tree.h"
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -96,19 +96,13 @@ class Bucketer {
 bool bucketGathers(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
-  int merged = 0;
   if (context.options().bucketBytes <= 0) {
     context.statistics().add("gathers merged into buckets", 0);
     return false;
   }
-  for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      merged += Bucketer(context, *plan, *graph, representative,
-                         type->name()->qualifiedName() + "::" + function->name())
-                    .run();
-    }
-  }
+  const int merged = forEachMethod(context.module(), MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    return Bucketer(context, *plan, *m.graph, m.modulePath, m.label).run();
+  });
   context.statistics().add("gathers merged into buckets", merged);
   return merged > 0;
 }

@@ -8,8 +8,8 @@
 // Without a budget it only remarks the peak.
 // Assumes: insert-unit-gathers and wrap-entry-methods ran, nothing else moved gathers yet.
 // Changes nothing.
-#include <fsdp_opt/analysis.h>
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/analysis.h>
+#include <fsdp_opt/passes/passes.h>
 
 namespace fsdp_opt {
 namespace {

@@ -8,7 +8,7 @@
 // move before the loop, and their reshards after it, costliest first (their collectives inside
 // the loop, weighted by loop depth), as long as the static peak of unsharded bytes with them
 // held across the loop stays within --max-unsharded-bytes. Cost and peak are the planner's
-// (support/gather_cost.h): one instance walk of the entry method per loop, so units nested in
+// (ir/gather_cost.h): one instance walk of the entry method per loop, so units nested in
 // others, gathers in called methods and what the caller holds are all counted exactly. Units that
 // do not fit keep their per-iteration gathers. Loops outside root methods are left alone (after
 // inline-loop-calls, the loops that gather are in root methods). A loop that may reassign a
@@ -19,13 +19,13 @@
 //
 //   before: prim::Loop { %g = fsdp::all_gather(...); call; fsdp::reshard(%g) }
 //   after:  %g = fsdp::all_gather(...); prim::Loop { call }; fsdp::reshard(%g)
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/gather_cost.h"
-#include "support/module_tree.h"
-#include "support/module_writes.h"
+#include "ir/fsdp_ops.h"
+#include "ir/gather_cost.h"
+#include "ir/module_tree.h"
+#include "ir/module_writes.h"
 
 #include <limits>
 #include <map>
@@ -138,11 +138,9 @@ class LoopHoister {
 bool hoistLoopGathers(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
-  int hoisted = 0;
-  auto rootType = context.module().type();
-  for (torch::jit::Function* function : rootType->methods()) {
-    hoisted += LoopHoister(context, *plan, function, rootType->name()->qualifiedName() + "::" + function->name()).run();
-  }
+  const int hoisted = forEachMethod(context.module(), MethodScope::kRootMethods, [&](const VisitedMethod& m) {
+    return LoopHoister(context, *plan, m.function, m.label).run();
+  });
   context.statistics().add("gathers hoisted out of loops", hoisted);
   return hoisted > 0;
 }

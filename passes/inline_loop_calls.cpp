@@ -19,11 +19,11 @@
 //
 //   before: prim::Loop: %y = prim::CallMethod[name="forward"](%self, %x)
 //   after:  prim::Loop: fsdp::check_rank(...); %g = fsdp::all_gather(...block 0...); ...
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/passes.h>
 
-#include "support/fsdp_ops.h"
-#include "support/inline_calls.h"
-#include "support/module_tree.h"
+#include "ir/fsdp_ops.h"
+#include "ir/inline_calls.h"
+#include "ir/module_tree.h"
 
 namespace fsdp_opt {
 namespace {
@@ -42,27 +42,22 @@ bool insideLoop(torch::jit::Node* node) {
 bool inlineLoopCalls(PassContext& context) {
   CollectiveReach reach;
   DivergentLoopReach divergentLoops(reach);
-  int inlined = 0;
-  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) {
-      auto callees = inlineCalls(graphOf(function)->block(), [&](torch::jit::Node* call) {
-        // A rewritten call site keeps its call: the gather around it is already in this graph.
-        bool rewritten = call->next() && call->next()->kind() == ops::reshard();
-        if (divergentLoops.reaches(calleeOf(call))) {
-          context.diagnostics().remark(kPassName, "inlined " + calleeOf(call)->qualname().qualifiedName() +
-                                                      " (its loop's trips may differ between ranks) into " +
-                                                      type->name()->qualifiedName() + "::" + function->name());
-          return true;
-        }
-        if (!(insideLoop(call) && !rewritten && reach.reaches(calleeOf(call)))) return false;
+  const int inlined = forEachMethod(context.module(), MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    auto callees = inlineCalls(m.graph->block(), [&](torch::jit::Node* call) {
+      // A rewritten call site keeps its call: the gather around it is already in this graph.
+      bool rewritten = call->next() && call->next()->kind() == ops::reshard();
+      if (divergentLoops.reaches(calleeOf(call))) {
         context.diagnostics().remark(kPassName, "inlined " + calleeOf(call)->qualname().qualifiedName() +
-                                                    " into the loop of " + type->name()->qualifiedName() + "::" +
-                                                    function->name());
+                                                    " (its loop's trips may differ between ranks) into " + m.label);
         return true;
-      });
-      inlined += static_cast<int>(callees.size());
-    }
-  }
+      }
+      if (!(insideLoop(call) && !rewritten && reach.reaches(calleeOf(call)))) return false;
+      context.diagnostics().remark(kPassName, "inlined " + calleeOf(call)->qualname().qualifiedName() +
+                                                  " into the loop of " + m.label);
+      return true;
+    });
+    return static_cast<int>(callees.size());
+  });
   return inlined > 0;
 }
 

@@ -19,11 +19,11 @@
 //           %y = prim::CallMethod[name="forward"](%block, %x)
 //           fsdp::reshard(%full, %unit_path)
 //           fsdp::backward_hook(%params, %rows, %unit_path, %y, (%x))
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/module_tree.h"
+#include "ir/fsdp_ops.h"
+#include "ir/module_tree.h"
 
 #include <map>
 #include <sstream>
@@ -82,48 +82,49 @@ bool insertUnitGathers(PassContext& context) {
   if (!unitsByType(root, *plan, context.diagnostics(), units)) return false;
   addUnitPathAttributes(root, *plan);
 
-  int rewritten = 0;
-  for (const auto& [type, representative] : distinctModuleTypes(root)) {
-    const Unit* callerUnit = units[type.get()];
-    for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      bool callerIsForward = callerUnit && callerUnit->hasForwardMethod(function->name());
-      std::vector<torch::jit::Node*> calls;
-      forEachNode(graph->block(), [&](torch::jit::Node* node) {
-        if (node->kind() == c10::prim::CallMethod) calls.push_back(node);
-      });
-      for (torch::jit::Node* call : calls) {
-        auto calleeType = call->input(0)->type()->cast<c10::ClassType>();
-        if (!calleeType) continue;
-        auto found = units.find(calleeType.get());
-        if (found == units.end() || !found->second) continue;
-        const Unit& unit = *found->second;
-        const std::string& method = call->s(c10::attr::name);
-        if (!unit.hasForwardMethod(method)) continue;
-        bool onSelf = call->input(0) == graph->inputs().at(0);
-        if (onSelf && callerIsForward) continue;
-        if (alreadyWrapped(call)) continue;
-        GatherOp gather = [&] {
-          torch::jit::WithInsertPoint before(call);
-          return insertUnitGather(*graph, call->input(0), unit, context.options().paramDtype);
-        }();
-        {
-          torch::jit::WithInsertPoint after(call->next());
-          insertReshard(*graph, gather);
-          insertBackwardHook(*graph, gather, call->outputs(), call->inputs().slice(1),
-                             context.options().maxUnshardedBytes);
-        }
-        ++rewritten;
-        auto relative = pathFromSelf(call->input(0), graph->inputs().at(0));
-        std::string callee = relative ? displayPath(joinPath(representative, *relative)) : "?";
-        std::ostringstream where;
-        where << "call site rewritten: unit '" << callee << "' method " << method << " in "
-              << type->name()->qualifiedName() << "::" << function->name()
-              << (call->owningBlock() != graph->block() ? " (nested block)" : "");
-        context.diagnostics().remark(kPassName, where.str());
+  const int rewritten = forEachMethod(root, MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    const Unit* callerUnit = units[m.type.get()];
+    torch::jit::Function* function = m.function;
+    const std::shared_ptr<torch::jit::Graph>& graph = m.graph;
+    const std::string& representative = m.modulePath;
+    int count = 0;
+    bool callerIsForward = callerUnit && callerUnit->hasForwardMethod(function->name());
+    std::vector<torch::jit::Node*> calls;
+    forEachNode(graph->block(), [&](torch::jit::Node* node) {
+      if (node->kind() == c10::prim::CallMethod) calls.push_back(node);
+    });
+    for (torch::jit::Node* call : calls) {
+      auto calleeType = call->input(0)->type()->cast<c10::ClassType>();
+      if (!calleeType) continue;
+      auto found = units.find(calleeType.get());
+      if (found == units.end() || !found->second) continue;
+      const Unit& unit = *found->second;
+      const std::string& method = call->s(c10::attr::name);
+      if (!unit.hasForwardMethod(method)) continue;
+      bool onSelf = call->input(0) == graph->inputs().at(0);
+      if (onSelf && callerIsForward) continue;
+      if (alreadyWrapped(call)) continue;
+      GatherOp gather = [&] {
+        torch::jit::WithInsertPoint before(call);
+        return insertUnitGather(*graph, call->input(0), unit, context.options().paramDtype);
+      }();
+      {
+        torch::jit::WithInsertPoint after(call->next());
+        insertReshard(*graph, gather);
+        insertBackwardHook(*graph, gather, call->outputs(), call->inputs().slice(1),
+                           context.options().maxUnshardedBytes);
       }
+      ++count;
+      auto relative = pathFromSelf(call->input(0), graph->inputs().at(0));
+      std::string callee = relative ? displayPath(joinPath(representative, *relative)) : "?";
+      std::ostringstream where;
+      where << "call site rewritten: unit '" << callee << "' method " << method << " in "
+            << m.label
+            << (call->owningBlock() != graph->block() ? " (nested block)" : "");
+      context.diagnostics().remark(kPassName, where.str());
     }
-  }
+    return count;
+  });
   context.statistics().add("call sites rewritten", rewritten);
   return rewritten > 0;
 }

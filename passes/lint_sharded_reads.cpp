@@ -11,10 +11,10 @@
 // Assumes: the plan is built; runs before the rewrite. Changes nothing.
 // At --world-size=1 the warning is all (nothing is sharded); at larger world sizes the verifier
 // rejects the same reads after the rewrite, since the output would compute on shards.
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/instance_walk.h"
+#include "ir/instance_walk.h"
 
 #include <set>
 

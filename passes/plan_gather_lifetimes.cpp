@@ -4,7 +4,7 @@
 // neighbours: each local rewrite is defeated by some way of spelling a decoding loop (`break` on
 // eos puts the calls in a prim::If arm; a KV cache splits the work between a `prefill` method and
 // a cached `step`; a traced Hugging Face model gathers its blocks inside its own `forward`).
-// This pass looks at a whole entry method instead. Its cost model (support/gather_cost.h, shared
+// This pass looks at a whole entry method instead. Its cost model (ir/gather_cost.h, shared
 // with hoist-loop-gathers) walks every call from the entry method, through loops, branches,
 // other methods, traced submodules and units nested in units, and gives for each unit
 //   - its cost: the collectives one call issues for it, each weighted kLoopWeight^depth by the
@@ -33,13 +33,13 @@
 //   after:  graph(%self, %idx, %n):  check_rank; %r = all_gather(<root>); %h = all_gather(<blocks.0>)
 //             prim::Loop { prim::If { %b = all_gather(<blocks.0>); call; reshard(%b) } }
 //             reshard(%h); reshard(%r)
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/gather_cost.h"
-#include "support/module_tree.h"
-#include "support/module_writes.h"
+#include "ir/fsdp_ops.h"
+#include "ir/gather_cost.h"
+#include "ir/module_tree.h"
+#include "ir/module_writes.h"
 
 #include <algorithm>
 #include <limits>
@@ -192,12 +192,11 @@ bool planGatherLifetimes(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
   ModuleAssignments assignments;
-  int held = 0;
   // One method after another, each profiled on the program the previous ones left: a method that
   // calls another sees the other's held units in its peak (docs/passes.md, "Cost and limits").
-  for (torch::jit::Function* function : context.module().type()->methods()) {
-    held += EntryPlanner(context, *plan, function).run(assignments);
-  }
+  const int held = forEachMethod(context.module(), MethodScope::kRootMethods, [&](const VisitedMethod& m) {
+    return EntryPlanner(context, *plan, m.function).run(assignments);
+  });
   context.statistics().add("units held for a whole entry call", held);
   return held > 0;
 }

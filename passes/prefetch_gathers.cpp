@@ -17,12 +17,12 @@
 //   before: %a = all_gather(A); call A; reshard(%a); %b = all_gather(B); call B; reshard(%b)
 //   after:  %a = all_gather(A); %h = all_gather_start(B); call A; reshard(%a);
 //           %b = all_gather_wait(%h); call B; reshard(%b)
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/module_tree.h"
-#include "support/module_writes.h"
+#include "ir/fsdp_ops.h"
+#include "ir/module_tree.h"
+#include "ir/module_writes.h"
 
 #include <algorithm>
 #include <limits>
@@ -147,19 +147,12 @@ class Prefetcher {
 bool prefetchGathers(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
-  int split = 0;
-  auto rootType = context.module().type();
-  for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
-    // Under a budget, only root methods: elsewhere the callers' open gathers are not in view,
-    // so the peak could not be bounded (as for hoist-loop-gathers).
-    if (context.options().maxUnshardedBytes && type != rootType) continue;
-    for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      split += Prefetcher(context, *plan, *graph, representative,
-                          type->name()->qualifiedName() + "::" + function->name())
-                   .run();
-    }
-  }
+  // Under a budget, only root methods: elsewhere the callers' open gathers are not in view, so
+  // the peak could not be bounded (as for hoist-loop-gathers).
+  const MethodScope scope = context.options().maxUnshardedBytes ? MethodScope::kRootMethods : MethodScope::kEveryType;
+  const int split = forEachMethod(context.module(), scope, [&](const VisitedMethod& m) {
+    return Prefetcher(context, *plan, *m.graph, m.modulePath, m.label).run();
+  });
   context.statistics().add("gathers prefetched", split);
   return split > 0;
 }

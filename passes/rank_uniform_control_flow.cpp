@@ -35,13 +35,13 @@
 //   before: %r = prim::If(%c)  block0: <gather a; call a; reshard a>   block1: <gather b; call b; reshard b>
 //   after:  %r = prim::If(%c)  block0: <gather a; call a; reshard a; gather b; reshard b>
 //                              block1: <gather a; reshard a; gather b; call b; reshard b>
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/inline_calls.h"
-#include "support/module_tree.h"
-#include "support/module_writes.h"
+#include "ir/fsdp_ops.h"
+#include "ir/inline_calls.h"
+#include "ir/module_tree.h"
+#include "ir/module_writes.h"
 
 #include <torch/csrc/jit/ir/constants.h>
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
@@ -425,15 +425,9 @@ class Uniformer {
 bool rankUniformControlFlow(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (!plan) return false;
-  int changed = 0;
-  for (const auto& [type, representative] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      changed += Uniformer(context, *plan, *graph, representative,
-                           type->name()->qualifiedName() + "::" + function->name())
-                     .run();
-    }
-  }
+  const int changed = forEachMethod(context.module(), MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    return Uniformer(context, *plan, *m.graph, m.modulePath, m.label).run();
+  });
   context.statistics().add("control flow made rank-uniform", changed);
   return changed > 0;
 }

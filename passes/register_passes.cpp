@@ -1,6 +1,6 @@
 // The catalogue of built-in passes and the default pipeline. Names and summaries live beside
 // each pass (its `...Pass()` entry); this file only lists and orders them.
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/passes.h>
 
 #include <mutex>
 

@@ -10,10 +10,10 @@
 //   before: prim::RaiseException(%msg, %cls)
 //   after:  fsdp::release_all()
 //           prim::RaiseException(%msg, %cls)
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/passes.h>
 
-#include "support/fsdp_ops.h"
-#include "support/module_tree.h"
+#include "ir/fsdp_ops.h"
+#include "ir/module_tree.h"
 
 namespace fsdp_opt {
 namespace {
@@ -23,23 +23,21 @@ constexpr const char* kPassName = "reshard-on-raise";
 }  // namespace
 
 bool reshardOnRaise(PassContext& context) {
-  int inserted = 0;
-  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) {
-      auto graph = graphOf(function);
-      std::vector<torch::jit::Node*> raises;
-      forEachNode(graph->block(), [&](torch::jit::Node* node) {
-        if (node->kind() == c10::prim::RaiseException) raises.push_back(node);
-      });
-      for (torch::jit::Node* raise : raises) {
-        torch::jit::Node* previous = raise->prev();
-        if (previous && previous->kind() == ops::releaseAll()) continue;
-        torch::jit::WithInsertPoint before(raise);
-        graph->insertNode(graph->create(ops::releaseAll(), {}, 0));
-        ++inserted;
-      }
+  const int inserted = forEachMethod(context.module(), MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    std::vector<torch::jit::Node*> raises;
+    forEachNode(m.graph->block(), [&](torch::jit::Node* node) {
+      if (node->kind() == c10::prim::RaiseException) raises.push_back(node);
+    });
+    int count = 0;
+    for (torch::jit::Node* raise : raises) {
+      torch::jit::Node* previous = raise->prev();
+      if (previous && previous->kind() == ops::releaseAll()) continue;
+      torch::jit::WithInsertPoint before(raise);
+      m.graph->insertNode(m.graph->create(ops::releaseAll(), {}, 0));
+      ++count;
     }
-  }
+    return count;
+  });
   if (inserted > 0) {
     context.diagnostics().remark(kPassName, "release_all inserted before " +
                                                          std::to_string(inserted) + " raise(s)");

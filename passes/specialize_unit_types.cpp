@@ -13,10 +13,10 @@
 //
 //   before: blocks.0 : __torch__.Block (unit)    blocks.1 : __torch__.Block (plain)
 //   after:  blocks.0 : __torch__.Block__fsdp1    blocks.1 : __torch__.Block__fsdp2
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/module_tree.h"
+#include "ir/module_tree.h"
 
 #include <torch/csrc/jit/api/function_impl.h>
 

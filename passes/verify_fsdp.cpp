@@ -13,13 +13,13 @@
 //    (check-unsharded-budget refused a budget below the least peak; this catches a schedule
 //    that went over it).
 // Changes nothing; runs after the default pipeline and, with --verify-each, after every pass.
-#include <fsdp_opt/analysis.h>
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/analysis.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "support/fsdp_ops.h"
-#include "support/instance_walk.h"
-#include "support/module_tree.h"
+#include "ir/fsdp_ops.h"
+#include "ir/instance_walk.h"
+#include "ir/module_tree.h"
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
@@ -99,23 +99,21 @@ void checkSurvivesDce(const std::string& where, torch::jit::Graph& graph,
 
 bool verifyFsdp(PassContext& context) {
   DiagnosticSink& diagnostics = context.diagnostics();
-  for (const auto& [type, path] : distinctModuleTypes(context.module())) {
-    for (torch::jit::Function* function : type->methods()) {
-      std::string where = type->name()->qualifiedName() + "::" + function->name();
-      auto graph = graphOf(function);
-      checkPairing(where, *graph, diagnostics);
-      checkSurvivesDce(where, *graph, diagnostics);
-    }
-  }
+  forEachMethod(context.module(), MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    checkPairing(m.label, *m.graph, diagnostics);
+    checkSurvivesDce(m.label, *m.graph, diagnostics);
+    return 0;
+  });
   // Reads are guarded only once the rewrite is complete: call sites (insert-unit-gathers) and
   // entry methods (wrap-entry-methods, which puts fsdp::check_rank in every root method). Under
   // --verify-each, earlier pipeline states are only checked for pairing and DCE survival.
-  bool entriesWrapped = true;
-  for (torch::jit::Function* function : context.module().type()->methods()) {
-    bool checked = false;
-    for (torch::jit::Node* node : graphOf(function)->block()->nodes()) checked = checked || node->kind() == ops::checkRank();
-    entriesWrapped = entriesWrapped && checked;
-  }
+  const bool entriesWrapped =
+      forEachMethod(context.module(), MethodScope::kRootMethods, [&](const VisitedMethod& m) {
+        for (torch::jit::Node* node : m.graph->block()->nodes()) {
+          if (node->kind() == ops::checkRank()) return 0;
+        }
+        return 1;  // not wrapped
+      }) == 0;
   const FsdpPlan* plan = context.plan();
   if (plan && entriesWrapped && context.options().worldSize > 1) {
     std::set<std::string> reported;

@@ -25,14 +25,14 @@
 //            ... body ...
 //            fsdp::reshard(%full, ...)          # root unit only
 //            return (...)
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/passes.h>
 
-#include "support/fsdp_ops.h"
-#include "support/instance_walk.h"
-#include "support/module_tree.h"
-#include "support/scope_metadata.h"
+#include "ir/fsdp_ops.h"
+#include "ir/instance_walk.h"
+#include "ir/module_tree.h"
+#include "ir/scope_metadata.h"
 
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/pattern.h>
 
 #include <map>
 #include <set>
@@ -99,13 +99,13 @@ bool wrapEntryMethods(PassContext& context) {
   // Decided for all methods before any is wrapped: the analysis sees the program as called.
   std::map<std::string, std::string> readers;
   if (rootUnit) readers = methodsReadingShardedRoot(root, *plan, *rootUnit);
-  bool changed = false;
-  for (torch::jit::Function* function : root.type()->methods()) {
-    auto graph = graphOf(function);
+  const int changed = forEachMethod(root, MethodScope::kRootMethods, [&](const VisitedMethod& m) {
+    torch::jit::Function* function = m.function;
+    const std::shared_ptr<torch::jit::Graph>& graph = m.graph;
     torch::jit::Block* body = graph->block();
     bool wrapped = false;
     for (torch::jit::Node* node : body->nodes()) wrapped = wrapped || node->kind() == ops::checkRank();
-    if (wrapped) continue;
+    if (wrapped) return 0;
     torch::jit::Value* self = graph->inputs().at(0);
     {
       torch::jit::WithInsertPoint atStart(*body->nodes().begin());
@@ -140,9 +140,9 @@ bool wrapEntryMethods(PassContext& context) {
         context.statistics().add("call sites rewritten", 1);
       }
     }
-    changed = true;
-  }
-  return changed;
+    return 1;
+  });
+  return changed > 0;
 }
 
 PassInfo wrapEntryMethodsPass() {

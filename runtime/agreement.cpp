@@ -12,11 +12,10 @@
 #include <cstring>
 
 #include "agreement.h"
-#include "collective_order.h"
-#include "envelope.h"
+#include "collective.h"
 #include "errors.h"
 #include "process_group.h"
-#include "unshard_state.h"
+#include "stats.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -27,34 +26,26 @@ namespace {
 // that agrees while another gathers fails with the fingerprint error instead of pairing an
 // agreement with a gather.
 std::vector<int64_t> exchange(int64_t value, const at::Tensor& like, const char* op) {
-  detail::countAgreement();
-  detail::GroupInfo group = detail::ensureGroup();
+  detail::updateStats([](Stats& s) { s.agreements += 1; });
+  detail::RankInfo group = detail::ensureGroup();
   if (group.world == 1) return {value};
   auto backend = detail::backendFor(like.device(), op);
-  fingerprint::Identity identity;
-  identity.kind = fingerprint::Kind::kAgreement;
-  identity.unit = op;
-  identity.payloadBytes = sizeof(value);
-  identity.numTensors = 1;
-  identity.layoutHash = fingerprint::LayoutHash().add(op).add(identity.payloadBytes).value();
-  identity.dtypes = "int64";
+  detail::CollectiveSpec spec;
+  spec.identity.kind = fingerprint::Kind::kAgreement;
+  spec.identity.unit = op;
+  spec.identity.payloadBytes = sizeof(value);
+  spec.identity.numTensors = 1;
+  spec.identity.layoutHash = fingerprint::LayoutHash().add(op).add(spec.identity.payloadBytes).value();
+  spec.identity.dtypes = "int64";
   at::Tensor mine = at::empty({static_cast<int64_t>(sizeof(value))}, at::kByte);
   std::memcpy(mine.data_ptr(), &value, sizeof(value));
   std::vector<int64_t> values(group.world);
-  try {
-    std::unique_lock<std::mutex> order = detail::lockCollectiveOrder();
-    detail::Envelope envelope(backend, like.device(), identity, mine);
-    envelope.finish(values.data());
-  } catch (const std::exception& e) {
-    const ErrorKind kind = detail::kindOr(e, ErrorKind::kPeerLost);
-    if (kind == ErrorKind::kDivergence) {
-      detail::raise(kind, c10::str(op, ": ", detail::describeException(e)));
-    }
-    detail::raise(kind, c10::str(op, ": agreement on backend ", backend->name(), " failed on rank ",
-                                 group.rank, " of ", group.world,
-                                 "; a peer may have died or runs a different program: ",
-                                 detail::describeException(e)));
-  }
+  spec.device = like.device();
+  spec.backend = backend;
+  spec.channel = detail::EnvelopeChannel::kPayloadBackend;  // the flag rides inside
+  spec.context = op;
+  spec.failed = c10::str(op, ": agreement");
+  detail::runCollective(spec, nullptr, mine, values.data());
   return values;
 }
 

@@ -106,7 +106,7 @@ class CollectiveBackend {
 };
 
 /// What a backend takes from the process group it serves.
-struct BackendGroup {
+struct BackendRendezvous {
   c10::intrusive_ptr<c10d::Store> store;  // the group's store; null at world size 1
   int rank = 0;
   int world = 1;
@@ -127,12 +127,12 @@ struct GlooBackendOptions : CollectiveBackend::Options {
 
   /// The options for `group`, from its timeout and the environment (GLOO_SOCKET_IFNAME; the
   /// hostname follows the master address: 127.0.0.1 for a loopback one, else this machine's).
-  static GlooBackendOptions forGroup(const BackendGroup& group);
+  static GlooBackendOptions forGroup(const BackendRendezvous& group);
 };
 
 /// Creates the Gloo backend of `group` (the rendezvous happens here, bounded by the group's
 /// timeout). CPU tensors only. `context` prefixes errors (e.g. "fsdp::all_gather(unit 'a.b')").
-std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group,
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendRendezvous& group,
                                                      const c10::Device& tensors,
                                                      const std::string& context);
 
@@ -152,7 +152,7 @@ struct NcclBackendOptions : CollectiveBackend::Options {
 /// FSDP_OPT_ENABLE_CUDA only): chooses this rank's device (device_mapping.h, from
 /// FSDP_OPT_CUDA_DEVICE, LOCAL_RANK and LOCAL_WORLD_SIZE), passes rank 0's ncclUniqueId through
 /// the group's store and creates a non-blocking communicator within the group's timeout.
-std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendGroup& group,
+std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendRendezvous& group,
                                                      const c10::Device& tensors,
                                                      const std::string& context);
 /// NCCL version of the library the runtime runs with (ncclGetVersion; FSDP_OPT_ENABLE_CUDA).

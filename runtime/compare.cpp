@@ -1,4 +1,4 @@
-#include "fsdp_opt/compare.h"
+#include "fsdp_opt/runtime/compare.h"
 
 #include <cstring>
 #include <sstream>
@@ -6,6 +6,8 @@
 
 #include <ATen/ATen.h>
 #include <ATen/core/class_type.h>
+
+#include "fsdp_opt/format.h"
 
 namespace fsdp_opt {
 namespace {
@@ -150,21 +152,8 @@ std::optional<std::string> compareValues(const c10::IValue& a, const c10::IValue
 }  // namespace
 
 std::string dtypeName(c10::ScalarType t) {
-  switch (t) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kByte: return "uint8";
-    case at::kChar: return "int8";
-    case at::kShort: return "int16";
-    case at::kInt: return "int32";
-    case at::kLong: return "int64";
-    case at::kBool: return "bool";
-    case at::kComplexFloat: return "complex64";
-    case at::kComplexDouble: return "complex128";
-    default: return c10::toString(t);
-  }
+  const char* name = dtypeNameOfScalarType(static_cast<int>(t));
+  return name != nullptr ? name : c10::toString(t);
 }
 
 std::optional<std::string> bitwiseDifference(const c10::IValue& got, const c10::IValue& want,

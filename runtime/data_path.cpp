@@ -12,7 +12,7 @@
 #include "collective_order.h"
 #include "envelope.h"
 #include "errors.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
@@ -70,26 +70,14 @@ class HostCollectiveUnshard final : public PendingUnshard {
     }
     const int64_t bytes = layout_.packedBytes();
     if (bytes == 0) return;  // nothing to send on any rank: no collective, no fingerprint
-    const fingerprint::Identity identity = gatherIdentity(req, "packed", bytes);
-    auto fail = [&](const std::exception& e) {
-      throwCollectiveFailure(context, req.shards.size(), bytes, backend_->name(), req.rank,
-                             req.world, e);
-    };
-    std::unique_lock<std::mutex> order;
-    try {
-      order = lockCollectiveOrder();  // raises an earlier start's failure nobody took yet
-    } catch (const std::exception& e) {
-      fail(e);
-    }
+    CollectiveSpec spec = gatherSpec(context, req.shards.size(), bytes);
+    spec.identity = gatherIdentity(req, "packed", bytes);
+    spec.device = req.device;
+    spec.backend = backend_;
     // The payload rides in the envelope when the envelope is large enough (the same collectives
     // came before: envelope.h), packed straight into it: one collective, no send buffer.
-    std::unique_ptr<Envelope> envelope;
-    try {
-      envelope = std::make_unique<Envelope>(backend_, req.device, identity,
-                                            Envelope::PayloadWriter([&](void* dst) { pack(req, dst); }));
-    } catch (const std::exception& e) {
-      fail(e);
-    }
+    OpenedCollective opened = openCollective(spec, [&](void* dst) { pack(req, dst); });
+    std::unique_ptr<Envelope>& envelope = opened.envelope;
     const bool carried = envelope->carriesPayload();
     if (carried) {
       recv_ = envelope->received();  // its bytes are valid once the envelope is finished
@@ -113,14 +101,14 @@ class HostCollectiveUnshard final : public PendingUnshard {
           return backend->allGatherBytesAsync(send, recv);
         };
       }
-      deferred_ = issueAfter(order, std::move(envelope), nullptr, std::move(issue));
+      deferred_ = issueAfter(opened.order, std::move(envelope), nullptr, std::move(issue));
       return;
     }
     try {
       envelope->finish();
       if (!carried) collective_ = backend_->allGatherBytesAsync(send_, recv_);
     } catch (const std::exception& e) {
-      fail(e);
+      raiseCollectiveFailure(spec, e);
     }
   }
 
@@ -237,22 +225,6 @@ std::unique_ptr<PendingUnshard> startUnshard(const UnshardRequest& request,
   throwNoDevicePath(request.device, context);
 }
 
-std::string dtypeName(at::ScalarType dtype) {
-  switch (dtype) {
-    case at::kFloat: return "float32";
-    case at::kDouble: return "float64";
-    case at::kHalf: return "float16";
-    case at::kBFloat16: return "bfloat16";
-    case at::kLong: return "int64";
-    case at::kInt: return "int32";
-    case at::kShort: return "int16";
-    case at::kChar: return "int8";
-    case at::kByte: return "uint8";
-    case at::kBool: return "bool";
-    default: return c10::toString(dtype);
-  }
-}
-
 fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* layout,
                                      int64_t payloadBytes) {
   fingerprint::Identity id;
@@ -293,16 +265,12 @@ std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
   return sizes;
 }
 
-void throwCollectiveFailure(const std::string& context, size_t numParams, int64_t bytesPerRank,
-                            const std::string& backend, int rank, int world,
-                            const std::exception& cause) {
-  if (kindOr(cause, ErrorKind::kNone) == ErrorKind::kDivergence) {
-    raise(ErrorKind::kDivergence, c10::str(context, ": ", describeException(cause)));
-  }
-  raise(kindOr(cause, ErrorKind::kPeerLost),
-        c10::str(context, ": all-gather of ", numParams, " parameters (", bytesPerRank,
-                 " bytes per rank) on backend ", backend, " failed on rank ", rank, " of ", world,
-                 "; a peer may have died or runs a different program: ", describeException(cause)));
+CollectiveSpec gatherSpec(const std::string& context, size_t numParams, int64_t bytesPerRank) {
+  CollectiveSpec spec;
+  spec.scope = CollectiveGroup::kShardGroup;
+  spec.context = context;
+  spec.failed = c10::str(context, ": all-gather of ", numParams, " parameters (", bytesPerRank, " bytes per rank)");
+  return spec;
 }
 
 }  // namespace detail

@@ -27,6 +27,8 @@
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
 
+#include "collective.h"
+#include "fsdp_opt/runtime/compare.h"  // dtypeName: the format's spelling
 #include "collective_backend.h"
 #include "fingerprint.h"
 
@@ -56,9 +58,6 @@ struct UnshardRequest {
 /// backend lays them out: "packed", "per-param"; ranks laying out differently diverge too).
 fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* layout,
                                      int64_t payloadBytes);
-
-/// "float32", "bfloat16", "int64": torch's names of a dtype.
-std::string dtypeName(at::ScalarType dtype);
 
 /// The distinct names of `dtypes` in first-seen order, joined by '+' ("float32+int64"): a
 /// fingerprint's readable dtypes.
@@ -116,7 +115,7 @@ struct DevicePath {
   std::unique_ptr<PendingUnshard> (*start)(const UnshardRequest& request,
                                            const std::string& context);
   /// The backend of `group` for these tensors, created at the first gather that needs one.
-  std::unique_ptr<CollectiveBackend> (*createBackend)(const BackendGroup& group,
+  std::unique_ptr<CollectiveBackend> (*createBackend)(const BackendRendezvous& group,
                                                       const c10::Device& tensors,
                                                       const std::string& context);
 };
@@ -128,13 +127,11 @@ const DevicePath* devicePathFor(const c10::Device& device);
 /// Throws the runtime's error for tensors on a device without a path, naming `context`.
 [[noreturn]] void throwNoDevicePath(const c10::Device& device, const std::string& context);
 
-/// Throws the runtime's error for a collective that failed or timed out:
-/// "CONTEXT: all-gather of N parameters (B bytes per rank) on backend NAME failed on rank R of W;
-/// a peer may have died or runs a different program: <cause>". A fingerprint mismatch (kind
-/// divergence) is not a failure of the collective: it becomes "CONTEXT: <its message>".
-[[noreturn]] void throwCollectiveFailure(const std::string& context, size_t numParams,
-                                         int64_t bytesPerRank, const std::string& backend,
-                                         int rank, int world, const std::exception& cause);
+/// The spec (collective.h) of an all-gather of `numParams` parameters, each rank sending
+/// `bytesPerRank`, within the shard group; its failure reads "CONTEXT: all-gather of N
+/// parameters (B bytes per rank) on backend NAME failed on rank R of W; a peer may have died or
+/// runs a different program: <cause>". Identity, device and backend are the issuer's to set.
+CollectiveSpec gatherSpec(const std::string& context, size_t numParams, int64_t bytesPerRank);
 
 /// Bytes of one dim-0 row of `t` in `dtype`.
 int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype);

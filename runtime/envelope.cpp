@@ -13,7 +13,7 @@
 #include "errors.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
-#include "unshard_state.h"
+#include "stats.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -179,7 +179,7 @@ void Envelope::finish(void* inlineOut) {
 }
 
 void exchangeHostEnvelope(const fingerprint::Identity& identity, const std::string& context, CollectiveGroup scope) {
-  const GroupInfo group = groupOf(scope);
+  const RankInfo group = groupOf(scope);
   if (group.world == 1) return;
   if (glooBuilt()) {
     Envelope envelope(backendFor(c10::Device(c10::kCPU), context, scope), c10::Device(c10::kCPU),

@@ -1,6 +1,8 @@
 #include "errors.h"
 
+#include <sstream>
 #include <utility>
+#include <vector>
 
 namespace fsdp_opt {
 namespace runtime {
@@ -79,6 +81,45 @@ bool isConsequenceOfPeer(ErrorKind kind) {
   return kind == ErrorKind::kPeerLost || kind == ErrorKind::kTimeout ||
          kind == ErrorKind::kPeerFailed;
 }
+
+namespace {
+
+std::string trimmed(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return {};
+  const auto e = s.find_last_not_of(" \t\r\n");
+  return s.substr(b, e - b + 1);
+}
+
+bool endsWith(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::string oneLineMessage(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream in(text);
+  for (std::string line; std::getline(in, line);) {
+    if (line.rfind("Exception raised from", 0) == 0 || line.rfind("frame #", 0) == 0) break;  // c10's backtrace
+    lines.push_back(trimmed(line));
+  }
+  // The interpreter ends its traceback with the cause: "RuntimeError: <message>".
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    const auto colon = it->find(": ");
+    if (colon == std::string::npos || colon == 0) continue;
+    const std::string head = it->substr(0, colon);
+    if (head.find(' ') == std::string::npos && (endsWith(head, "Error") || endsWith(head, "Exception"))) {
+      return trimmed(it->substr(colon + 2));
+    }
+  }
+  for (const std::string& line : lines) {
+    if (!line.empty()) return line;
+  }
+  return "unknown error";
+}
+
+std::string oneLineMessage(const std::exception& error) { return oneLineMessage(detail::describeException(error)); }
 
 ErrorKind errorKindOf(const std::exception& e) { return detail::kindOr(e, ErrorKind::kNone); }
 

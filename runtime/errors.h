@@ -1,5 +1,5 @@
 // Internal: the runtime's errors. Every failure the runtime raises carries an ErrorKind
-// (fsdp_opt/runtime.h): raise() throws a KindedError, a c10::Error whose text is exactly the
+// (fsdp_opt/runtime/runtime.h): raise() throws a KindedError, a c10::Error whose text is exactly the
 // message (so what callers and the TorchScript interpreter show is unchanged) and whose kind
 // survives C++ rethrows. The interpreter turns an op's exception into a plain error, so the ops
 // (ops.cpp) also record their failure for the thread, which lastOpError() returns.
@@ -12,7 +12,7 @@
 #include <c10/util/Exception.h>
 #include <c10/util/StringUtil.h>
 
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 
 namespace fsdp_opt {
 namespace runtime {

@@ -213,7 +213,7 @@ bool isLoopback(const std::string& addr) {
 
 bool detail::glooBuilt() { return true; }
 
-GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
+GlooBackendOptions GlooBackendOptions::forGroup(const BackendRendezvous& group) {
   GlooBackendOptions options;
   options.timeout = group.timeout;
   options.interfaces = detail::envList("GLOO_SOCKET_IFNAME");
@@ -224,7 +224,7 @@ GlooBackendOptions GlooBackendOptions::forGroup(const BackendGroup& group) {
   return options;
 }
 
-std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendRendezvous& group, const c10::Device&,
                                                      const std::string& context) {
   FSDP_CHECK(group.store, ErrorKind::kInternal, context, ": no rendezvous store for world size ",
              group.world);

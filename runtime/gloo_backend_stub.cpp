@@ -14,7 +14,7 @@ namespace runtime {
 // Collective fingerprints then go through the store (envelope.h).
 bool detail::glooBuilt() { return false; }
 
-std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendGroup& group, const c10::Device&,
+std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendRendezvous& group, const c10::Device&,
                                                      const std::string& context) {
   FSDP_CHECK(group.store, ErrorKind::kInternal, context, ": no rendezvous store for world size ",
              group.world);

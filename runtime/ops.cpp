@@ -24,7 +24,7 @@
 
 #include "agreement.h"
 #include "errors.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "process_group.h"
 #include "training.h"
 #include "unshard_state.h"

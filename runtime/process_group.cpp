@@ -19,7 +19,7 @@
 #include "data_path.h"
 #include "environment.h"
 #include "errors.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 
 namespace fsdp_opt {
 namespace runtime {
@@ -30,7 +30,7 @@ constexpr double kDefaultTimeoutSeconds = 300.0;
 
 struct GroupState {
   bool initialized = false;
-  GroupInfo info;
+  RankInfo info;
   std::string masterAddr;
   int masterPort = 0;
   std::chrono::milliseconds timeout{0};
@@ -94,7 +94,7 @@ void initLocked(GroupState& st, int rank, int world, int localRank, bool localRa
     store = c10::make_intrusive<c10d::PrefixStore>(keyPrefix, tcp);
   }
   st.initialized = true;
-  st.info = GroupInfo{rank, world, localRank};
+  st.info = RankInfo{rank, world, localRank};
   st.masterAddr = addr;
   st.masterPort = port;
   st.timeout = timeout;
@@ -198,16 +198,16 @@ std::chrono::milliseconds timeoutFromEnv() {
   return std::chrono::milliseconds(ms < 1 ? 1 : ms);
 }
 
-GroupInfo ensureGroup() {
+RankInfo ensureGroup() {
   std::lock_guard<std::mutex> lock(groupMutex());
   return ensureLocked().info;
 }
 
-GroupInfo groupOf(CollectiveGroup scope) {
+RankInfo groupOf(CollectiveGroup scope) {
   std::lock_guard<std::mutex> lock(groupMutex());
   GroupState& st = ensureLocked();
   const GroupMembers m = membersLocked(st, scope);
-  return GroupInfo{positionOf(m, st.info.rank), static_cast<int>(m.ranks.size()), st.info.localRank};
+  return RankInfo{positionOf(m, st.info.rank), static_cast<int>(m.ranks.size()), st.info.localRank};
 }
 
 GroupMembers membersOf(CollectiveGroup scope) {
@@ -224,7 +224,7 @@ std::shared_ptr<CollectiveBackend> backendFor(const c10::Device& device,
   GroupMembers members = membersLocked(st, scope);
   std::shared_ptr<CollectiveBackend>& backend = st.backends[{device.type(), members.tag}];
   if (!backend) {
-    BackendGroup group;
+    BackendRendezvous group;
     // A smaller group meets under its own tag: its rendezvous keys (Gloo's, NCCL's id) cannot
     // meet another group's.
     group.store = st.store;

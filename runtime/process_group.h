@@ -23,14 +23,14 @@ namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 
-struct GroupInfo {
+struct RankInfo {
   int rank = 0;
   int world = 1;
   int localRank = 0;
 };
 
 /// Rank and world size, creating the group from the environment first if needed.
-GroupInfo ensureGroup();
+RankInfo ensureGroup();
 
 /// Which ranks a collective runs over.
 enum class CollectiveGroup {
@@ -40,7 +40,7 @@ enum class CollectiveGroup {
 };
 
 /// This rank's rank and size within `scope` under the current mesh (the world at S = W).
-GroupInfo groupOf(CollectiveGroup scope);
+RankInfo groupOf(CollectiveGroup scope);
 /// The global ranks of this rank's group in `scope`, in group-rank order, and its tag.
 GroupMembers membersOf(CollectiveGroup scope);
 

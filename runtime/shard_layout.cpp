@@ -5,6 +5,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "fsdp_opt/format.h"
+
 namespace fsdp_opt {
 namespace layout {
 namespace {
@@ -52,7 +54,7 @@ int64_t ceilDiv(int64_t a, int64_t b) {
 int64_t shardRows(int64_t fullRows, int64_t world) {
   requireRows(fullRows);
   requireWorld(world);
-  return ceilDiv(fullRows, world);
+  return fsdp_opt::shardRows(fullRows, world);  // the format's rows (format.h), checked
 }
 
 int64_t rowBegin(int64_t fullRows, int64_t world, int64_t rank) {
@@ -64,15 +66,14 @@ int64_t rowBegin(int64_t fullRows, int64_t world, int64_t rank) {
 }
 
 int64_t validRowsOnRank(int64_t fullRows, int64_t world, int64_t rank) {
-  const int64_t c = shardRows(fullRows, world);
-  const int64_t begin = rowBegin(fullRows, world, rank);
-  return std::min(c, std::max<int64_t>(0, fullRows - begin));
+  rowBegin(fullRows, world, rank);  // checks the arguments
+  return fsdp_opt::shardValidRows(fullRows, world, rank);
 }
 
 std::string checkShardRows(int64_t shardRowsGot, int64_t fullRows, int64_t world) {
   if (world <= 0) return "world size " + std::to_string(world) + " is not positive";
   if (fullRows < 0) return "full row count " + std::to_string(fullRows) + " is negative";
-  const int64_t want = ceilDiv(fullRows, world);
+  const int64_t want = fsdp_opt::shardRows(fullRows, world);
   if (shardRowsGot == want) return {};
   std::ostringstream os;
   os << "shard has " << shardRowsGot << " rows, but a parameter of " << fullRows

@@ -3,7 +3,9 @@
 // CPU and CUDA data paths.
 //
 // Layout of one parameter of N rows on W ranks: every rank holds c = ceil(N / W) rows; rank r's
-// rows are [r*c, min((r+1)*c, N)) followed by zero padding up to c rows.
+// rows are [r*c, min((r+1)*c, N)) followed by zero padding up to c rows. Those are the format's
+// rows (include/fsdp_opt/format.h, which the writer uses too); the functions here check their
+// arguments.
 //
 // Layout of one coalesced gather: every rank packs the shards of all (deduplicated) parameters of
 // a unit back to back into one byte buffer of packedBytes() bytes; parameter i starts at

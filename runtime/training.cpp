@@ -20,11 +20,8 @@
 //   (0-dim, or in no unit's group) once: its gradient is averaged over the ranks before it is
 //   accumulated.
 //
-// The sum over ranks is done in rank order, ((g0 + g1) + g2) + ..., after an all-to-all that
-// brings each rank every rank's rows of its shard (a reduce-scatter whose additions one process
-// can reproduce bit for bit at any world size; docs/design.md "Training").
-#include <c10/util/accumulate.h>
-
+// This file decides when a unit is gathered again, when its gradients are complete and when
+// backward is over; how gradients are summed over the ranks is gradient_reduction.h's.
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <torch/csrc/autograd/engine.h>
@@ -40,14 +37,12 @@
 #include <unordered_set>
 #include <utility>
 
-#include "collective_order.h"
 #include "data_path.h"
-#include "envelope.h"
 #include "errors.h"
-#include "fingerprint.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
+#include "gradient_reduction.h"
 #include "process_group.h"
-#include "shard_layout.h"
+#include "stats.h"
 #include "training.h"
 #include "unshard_state.h"
 #include "unsharded_scope_state.h"
@@ -118,13 +113,6 @@ TrainingState& state() {
   return *s;
 }
 
-// a + b + c ... of `parts` in that order: the sum over ranks in rank order.
-at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
-  at::Tensor sum = parts.front().clone();
-  for (size_t r = 1; r < parts.size(); ++r) sum.add_(parts[r]);
-  return sum;
-}
-
 // Raises the failure of a collective of backward: `ctx` ("backward of unit 'x'") and what
 // failed ("gathering it again"). Every rank that runs this backward issues it, so a rank that
 // skipped backward() (or ran another program) is the usual cause of a timeout. A fingerprint
@@ -135,183 +123,13 @@ at::Tensor sumInRankOrder(const std::vector<at::Tensor>& parts) {
   raise(kind, c10::str(ctx, ": ", failed, " failed (did every rank call backward()?): ", describeException(e)));
 }
 
-// A gradient collective's failure, saying what it reduced (`what`: "the gradients of 3
-// parameters (...)").
-[[noreturn]] void raiseReductionFailure(const std::exception& e, const std::string& ctx, const std::string& what,
-                                        const GroupInfo& group, const CollectiveBackend& backend) {
-  raiseBackwardFailure(
-      ctx, c10::str("reducing ", what, " over ", group.world, " ranks on backend ", backend.name()), e);
-}
-
-// Issues a collective of backward behind its fingerprint envelope (envelope.h) under the
-// collective order (collective_order.h), then waits for it: a prefetch started earlier goes out
-// first, and ranks whose backwards differ fail with the divergence error instead of pairing
-// this collective with another of the same size.
-void issueFingerprinted(const fingerprint::Identity& identity, const c10::Device& device,
-                        const std::shared_ptr<CollectiveBackend>& backend, const std::string& ctx, CollectiveGroup scope,
-                        const std::function<std::unique_ptr<PendingCollective>()>& issue) {
-  std::unique_ptr<PendingCollective> pending;
-  {
-    std::unique_lock<std::mutex> order = lockCollectiveOrder();
-    if (device.is_cpu()) {
-      Envelope envelope(backend, device, identity, at::Tensor());
-      envelope.finish();
-    } else {
-      exchangeHostEnvelope(identity, ctx, scope);  // reading a device envelope would sync with the GPU
-    }
-    pending = issue();
-  }
-  pending->wait();
-}
-
-fingerprint::Identity gradientIdentity(const std::string& what, const std::vector<at::Tensor>& grads,
-                                       int64_t payloadBytes) {
-  fingerprint::Identity id;
-  id.kind = fingerprint::Kind::kGradients;
-  id.unit = what;
-  id.payloadBytes = payloadBytes;
-  id.numTensors = static_cast<int64_t>(grads.size());
-  fingerprint::LayoutHash hash;
-  hash.add("gradients");
-  std::vector<at::ScalarType> dtypes;
-  for (const at::Tensor& g : grads) {
-    for (int64_t d : g.sizes()) hash.add(d);
-    hash.add(dtypeName(g.scalar_type()));
-    dtypes.push_back(g.scalar_type());
-  }
-  id.layoutHash = hash.value();
-  id.dtypes = joinedDtypeNames(dtypes);
-  return id;
-}
-
-// Every rank of `scope`'s `mine` (contiguous, the same size on each), in group-rank order: ONE
-// all-gather behind its fingerprint; [group size, mine.numel()]. How gradients that every rank
-// needs whole are reduced: the additions are then done in that order on every rank alike.
-at::Tensor allGatherInGroupOrder(const at::Tensor& mine, CollectiveGroup scope, const fingerprint::Identity& identity,
-                                 const std::string& ctx, const std::string& what) {
-  const GroupInfo group = groupOf(scope);
-  at::Tensor all = at::empty({group.world, mine.numel()}, mine.options());
-  auto backend = backendFor(mine.device(), ctx, scope);
-  try {
-    at::Tensor in = mine.view({-1}).view(at::kByte);
-    at::Tensor out = all.view({-1}).view(at::kByte);
-    issueFingerprinted(identity, mine.device(), backend, ctx, scope, [&] { return backend->allGatherBytesAsync(in, out); });
-  } catch (const std::exception& e) {
-    raiseReductionFailure(e, ctx, what, group, *backend);
-  }
-  return all;
-}
-
-// Adds up, in replica order, every shard group's sum of this rank's rows (`partials`, in the
-// batch's order): one all-gather over the replica group (HSDP: the R ranks holding the same
-// shard), then the same additions on each of them, so the replicas' shards stay bitwise equal.
-std::vector<at::Tensor> sumOverReplicas(const UnitBatch& batch, const std::vector<at::Tensor>& partials,
-                                        const std::string& ctx) {
-  const GroupInfo replicas = groupOf(CollectiveGroup::kReplicaGroup);
-  if (replicas.world == 1) return partials;
-  std::vector<at::Tensor> flat;
-  for (const at::Tensor& p : partials) flat.push_back(p.reshape({-1}));
-  at::Tensor mine = at::cat(flat).contiguous();
-  const at::Tensor all = allGatherInGroupOrder(
-      mine, CollectiveGroup::kReplicaGroup,
-      gradientIdentity("unit '" + batch.unit + "' across shard groups", partials, static_cast<int64_t>(mine.nbytes())),
-      ctx,
-      c10::str("the gradients of ", partials.size(), " parameters across ", replicas.world, " shard groups (",
-               mine.numel(), " elements per rank)"));
-  std::vector<at::Tensor> sums;
-  int64_t offset = 0;
-  for (const at::Tensor& p : partials) {
-    std::vector<at::Tensor> parts;
-    for (int64_t g = 0; g < replicas.world; ++g) {
-      parts.push_back(all[g].narrow(0, offset, p.numel()).view(p.sizes()));
-    }
-    sums.push_back(sumInRankOrder(parts));
-    offset += p.numel();
-  }
-  return sums;
-}
-
-// Reduces a unit's full gradients to this rank's rows of their mean over the ranks, in ONE
-// collective per group: each gradient is padded to S shards of rows (SPEC section 2, S the
-// shard group size: the world size unless the file is HSDP), all of them are packed so that
-// chunk p holds every gradient's shard p, and an all-to-all within the shard group brings each
-// rank every group rank's chunk of its own rows; the rank adds them in group-rank order. Under
-// HSDP the shard groups' sums are then added in group order (sumOverReplicas), which is
-// FSDP2's reduce-scatter within the group and all-reduce across groups. Last, the division by
-// W. A reduction whose additions one process can repeat bit for bit at any mesh (a backend's
-// reduce-scatter or all-reduce adds in its own order): ((g0 + g1) + ...) within a group,
-// then (group 0 + group 1) + ... across. Returns the rows, in order.
-std::vector<at::Tensor> reduceToShardRows(const UnitBatch& batch) {
-  const int64_t world = ensureGroup().world;
-  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
-  std::vector<at::Tensor> rows;
-  if (world == 1) {
-    for (const PendingGrad& g : batch.grads) rows.push_back(g.full.div(1));
-    return rows;
-  }
-  const std::string ctx = "backward of unit '" + batch.unit + "'";
-  const int64_t w = group.world;
-  std::vector<at::Tensor> sums;  // this rank's rows summed over its shard group, per gradient
-  if (w == 1) {
-    for (const PendingGrad& g : batch.grads) sums.push_back(g.full);
-  } else {
-    std::vector<at::Tensor> chunks;  // per gradient: [S, shard elements]
-    std::vector<int64_t> shardRows;
-    for (const PendingGrad& g : batch.grads) {
-      const int64_t r = layout::shardRows(g.fullRows, w);
-      std::vector<int64_t> padded = g.full.sizes().vec();
-      padded[0] = r * w;
-      at::Tensor p = at::zeros(padded, g.full.options());
-      p.narrow(0, 0, g.fullRows).copy_(g.full);
-      chunks.push_back(p.view({w, -1}));
-      shardRows.push_back(r);
-    }
-    at::Tensor send = at::cat(chunks, 1).contiguous();
-    chunks.clear();
-    at::Tensor received = at::empty_like(send);
-    auto backend = backendFor(send.device(), ctx, CollectiveGroup::kShardGroup);
-    std::vector<at::Tensor> fulls;
-    for (const PendingGrad& g : batch.grads) fulls.push_back(g.full);
-    const fingerprint::Identity identity =
-        gradientIdentity("unit '" + batch.unit + "'", fulls, static_cast<int64_t>(send.nbytes()));
-    try {
-      at::Tensor in = send.view({-1}).view(at::kByte);
-      at::Tensor out = received.view({-1}).view(at::kByte);
-      issueFingerprinted(identity, send.device(), backend, ctx, CollectiveGroup::kShardGroup,
-                         [&] { return backend->allToAllBytesAsync(in, out); });
-    } catch (const std::exception& e) {
-      raiseReductionFailure(e, ctx,
-                            c10::str("the gradients of ", batch.grads.size(), " parameters (", send.numel() / w,
-                                     " elements per rank)"),
-                            group, *backend);
-    }
-    int64_t offset = 0;
-    for (size_t i = 0; i < batch.grads.size(); ++i) {
-      const PendingGrad& g = batch.grads[i];
-      std::vector<int64_t> shape = g.full.sizes().vec();
-      shape[0] = shardRows[i];
-      const int64_t n = c10::multiply_integers(shape);
-      std::vector<at::Tensor> parts;
-      for (int64_t p = 0; p < w; ++p) parts.push_back(received[p].narrow(0, offset, n));
-      sums.push_back(sumInRankOrder(parts).view(shape));
-      offset += n;
-    }
-  }
-  sums = sumOverReplicas(batch, sums, ctx);
-  countGradReduction();
-  // Divided last, so that .grad is a tensor of its own, not a view (torch::optim's zero_grad
-  // detaches .grad in place, which a view refuses).
-  for (const at::Tensor& sum : sums) rows.push_back(sum.div(world));
-  return rows;
-}
-
 // Forgets `batch`'s full gradients (a reduction that failed, a backward that raised), each
 // parameter with what was set aside given back.
 void abandon(UnitBatch& batch) {
   for (PendingGrad& g : batch.grads) {
     if (g.setAside.defined()) g.param.mutable_grad() = g.setAside;
   }
-  noteUnshardedGradBytes(-batch.bytes);
+  updateStats([&](Stats& s) { s.unsharded_grad_bytes -= batch.bytes; });
   batch.grads.clear();
   batch.bytes = 0;
 }
@@ -322,12 +140,14 @@ void flush(UnitBatch& batch) {
   if (batch.grads.empty()) return;
   std::vector<at::Tensor> rows;
   try {
-    rows = reduceToShardRows(batch);
+    std::vector<FullGradient> grads;
+    for (const PendingGrad& g : batch.grads) grads.push_back(FullGradient{g.full, g.fullRows});
+    rows = reduceToShardRows(batch.unit, grads);
   } catch (...) {
     abandon(batch);
     throw;
   }
-  noteUnshardedGradBytes(-batch.bytes);
+  updateStats([&](Stats& s) { s.unsharded_grad_bytes -= batch.bytes; });
   for (size_t i = 0; i < batch.grads.size(); ++i) {
     PendingGrad& g = batch.grads[i];
     g.param.mutable_grad() = g.setAside.defined() ? g.setAside.add(rows[i]) : rows[i];
@@ -405,7 +225,7 @@ class AfterAccumulate final : public torch::autograd::FunctionPostHook {
       const at::ScalarType dtype = full.scalar_type();
       std::shared_ptr<UnitBatch> batch = batchOfLocked(unit, dtype);
       const int64_t bytes = full.numel() * static_cast<int64_t>(full.element_size());
-      noteUnshardedGradBytes(bytes);
+      updateStats([&](Stats& s) { s.unsharded_grad_bytes += bytes; });
       batch->bytes += bytes;
       batch->grads.push_back(PendingGrad{param, std::move(full), std::move(setAside), fullRows});
       if (!gradStillToComeLocked(unit, dtype)) ready = batch;
@@ -428,12 +248,28 @@ struct UnitCall {
   size_t index = 0;         // in TrainingState::calls
   uint64_t forward = 0;     // TrainingState::forwards when the call was made
   std::optional<at::ScalarType> castTo;  // forward gathered it cast (--param-dtype): no backward
-  bool gathered = false;    // backward reached the call's outputs and gathered the unit
-  bool inputsDone = false;  // backward went past the call's inputs
-  int64_t prefetch = 0;     // the handle of its gather, started ahead by backward (0: none)
-  bool prefetchDone = false;   // that gather was waited for
-  bool prefetchOwned = false;  // ...and its unshard is not a hold yet (released if never used)
+  // How far backward got through the call.
+  enum class Stage {
+    kAhead,       // backward has not reached the call's outputs
+    kGathered,    // it reached them and gathered the unit
+    kPastInputs,  // it went past the call's inputs (the frozen parameters were let go)
+  } stage = Stage::kAhead;
+  // The gather backward started ahead for this call (prefetchBeforeLocked).
+  enum class Prefetch {
+    kNone,     // none started
+    kStarted,  // started: `prefetchHandle` is waiting to be waited for
+    kHeld,     // waited: its unshard is the prefetch's, not a hold yet (resharded if never used)
+    kSpent,    // waited and handed to the call as its hold, or failed: nothing left to undo
+  } prefetch = Prefetch::kNone;
+  int64_t prefetchHandle = 0;
 };
+
+// Waits for `call`'s started prefetch: kHeld, or kSpent when the gather failed (rethrown).
+void waitPrefetch(UnitCall& call) {
+  call.prefetch = UnitCall::Prefetch::kSpent;  // a failed gather holds nothing
+  allGatherWait(call.prefetchHandle);
+  call.prefetch = UnitCall::Prefetch::kHeld;
+}
 
 // Lets go of everything still held, each parameter with its .grad set aside back, and of
 // gathers started ahead that backward did not use; the calls of the forward become ready for
@@ -444,18 +280,17 @@ void letGoOfAllLocked() {
   for (const auto& weak : state().calls) {
     std::shared_ptr<UnitCall> c = weak.lock();
     if (!c) continue;
-    if (c->prefetch != 0 && !c->prefetchDone) {
-      c->prefetchOwned = true;
+    if (c->prefetch == UnitCall::Prefetch::kStarted) {
       try {
-        allGatherWait(c->prefetch);
+        waitPrefetch(*c);
       } catch (...) {
-        c->prefetchOwned = false;  // a failed gather holds nothing; the error was reported
+        // the error was reported to the backward that started it
       }
     }
-    if (c->prefetchOwned) reshard(c->params, c->unit);
-    c->prefetch = 0;
-    c->prefetchDone = c->prefetchOwned = false;
-    c->gathered = c->inputsDone = false;
+    if (c->prefetch == UnitCall::Prefetch::kHeld) reshard(c->params, c->unit);
+    c->prefetch = UnitCall::Prefetch::kNone;
+    c->prefetchHandle = 0;
+    c->stage = UnitCall::Stage::kAhead;
     c->index = live.size();
     live.push_back(c);
   }
@@ -499,13 +334,10 @@ std::vector<std::pair<at::Tensor, int64_t>> distinctParams(const UnitCall& call)
 void waitPrefetchesOfLocked(const std::string& unit) {
   for (const auto& weak : state().calls) {
     std::shared_ptr<UnitCall> c = weak.lock();
-    if (!c || c->prefetch == 0 || c->prefetchDone || c->unit != unit) continue;
-    c->prefetchDone = true;
-    c->prefetchOwned = true;
+    if (!c || c->prefetch != UnitCall::Prefetch::kStarted || c->unit != unit) continue;
     try {
-      allGatherWait(c->prefetch);
+      waitPrefetch(*c);
     } catch (const std::exception& e) {
-      c->prefetchOwned = false;
       raiseBackwardGatherFailure(unit, e);
     }
   }
@@ -521,10 +353,14 @@ void prefetchBeforeLocked(const UnitCall& call) {
   for (size_t j = call.index; j-- > 0;) {
     std::shared_ptr<UnitCall> c = j < state().calls.size() ? state().calls[j].lock() : nullptr;
     if (!c) continue;
-    if (c->forward != call.forward || c->gathered || c->prefetch != 0 || c->unit == call.unit) return;
+    if (c->forward != call.forward || c->stage != UnitCall::Stage::kAhead || c->prefetch != UnitCall::Prefetch::kNone ||
+        c->unit == call.unit) {
+      return;
+    }
     if (call.budget >= 0 && unshardedParamAndGradBytesNow() + c->bytes > call.budget) return;
     try {
-      c->prefetch = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
+      c->prefetchHandle = allGatherStart(c->params, c->fullRows, c->unit, std::nullopt);
+      c->prefetch = UnitCall::Prefetch::kStarted;
     } catch (const std::exception& e) {
       raiseBackwardGatherFailure(c->unit, e);
     }
@@ -547,15 +383,15 @@ void beforeBackward(UnitCall& call) {
                    "build the rank file without --param-dtype to train it, or run the call under torch.no_grad()"));
   }
   std::lock_guard<std::mutex> lock(trainingMutex());
-  if (call.gathered) return;
-  call.gathered = true;
+  if (call.stage != UnitCall::Stage::kAhead) return;
+  call.stage = UnitCall::Stage::kGathered;
   if (!state().backwardActive) {
     state().backwardActive = true;
     torch::autograd::Engine::get_default_engine().queue_callback(endBackward);
   }
   waitPrefetchesOfLocked(call.unit);
-  if (call.prefetchOwned) {
-    call.prefetchOwned = false;  // the prefetched unshard is this call's hold
+  if (call.prefetch == UnitCall::Prefetch::kHeld) {
+    call.prefetch = UnitCall::Prefetch::kSpent;  // the prefetched unshard is this call's hold
   } else {
     try {
       allGather(call.params, call.fullRows, call.unit, std::nullopt);
@@ -596,8 +432,8 @@ void beforeBackward(UnitCall& call) {
 // them go) are done with.
 void afterBackwardOfCall(UnitCall& call) {
   std::lock_guard<std::mutex> lock(trainingMutex());
-  if (!call.gathered || call.inputsDone) return;
-  call.inputsDone = true;
+  if (call.stage != UnitCall::Stage::kGathered) return;
+  call.stage = UnitCall::Stage::kPastInputs;
   for (const auto& [p, rows] : distinctParams(call)) {
     if (p.requires_grad()) continue;
     ParamState& ps = state().params[p.unsafeGetTensorImpl()];
@@ -702,17 +538,7 @@ void replicatedParams(std::vector<at::Tensor> params) {
     }
     p.register_hook([](const at::Tensor& grad) {
       checkNoScopeForBackward("backward of a replicated parameter");
-      // Every rank needs the whole sum: an all-gather of the (small) gradient, then the
-      // additions in rank order, as for unit gradients.
-      at::Tensor mine = grad.contiguous();
-      const at::Tensor all = allGatherInGroupOrder(
-          mine, CollectiveGroup::kWorld,
-          gradientIdentity("a replicated parameter", {mine}, static_cast<int64_t>(mine.nbytes())),
-          "backward of a replicated parameter", c10::str("a gradient of ", grad.sizes()));
-      countGradReduction();
-      std::vector<at::Tensor> parts;
-      for (int64_t r = 0; r < all.size(0); ++r) parts.push_back(all[r].view(mine.sizes()));
-      return sumInRankOrder(parts).div(all.size(0));
+      return averageOverWorld(grad);
     });
   }
 }

@@ -1,5 +1,6 @@
 // Training's part of the runtime (training.cpp; docs/design.md, "Training"): what the fsdp::
-// ops and the unshard engine call into. Gradient reduction and backward re-gathers live there;
+// ops and the unshard engine call into: backward re-gathers, prefetch and the hooks that decide
+// when gradients are reduced (how: gradient_reduction.h);
 // the engine (unshard_state.h) only unshards.
 #pragma once
 

@@ -19,7 +19,6 @@
 #include "unshard_state.h"
 
 #include <algorithm>
-#include <atomic>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -33,10 +32,11 @@
 
 #include "data_path.h"
 #include "errors.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
+#include "stats.h"
 #include "unsharded_scope_state.h"
 
 namespace fsdp_opt {
@@ -50,8 +50,8 @@ ShardKey shardKeyOf(const at::Tensor& t) {
   return {t.storage().unsafeGetStorageImpl(), t.storage_offset()};
 }
 
-// One deduplicated parameter (all aliases of one shard), gathered together.
-struct Group {
+// One deduplicated parameter (all aliases of one shard) and its gathered state.
+struct GatheredParam {
   std::vector<at::Tensor> params;  // distinct TensorImpls holding the parameter
   std::vector<at::Tensor> shards;  // shards[i]: detached alias of params[i]'s shard
   ShardKey key{nullptr, 0};
@@ -82,11 +82,9 @@ struct KeptStorage {
 // One issued unshard whose groups are not swapped in yet.
 struct InFlight {
   uint64_t gatherId = 0;
-  std::vector<std::shared_ptr<Group>> groups;
+  std::vector<std::shared_ptr<GatheredParam>> groups;
   std::unique_ptr<PendingUnshard> pending;
   int64_t bytes = 0;
-  int rank = 0;
-  int world = 1;
 };
 
 // What all_gather_start returned a handle for.
@@ -99,9 +97,8 @@ struct Handle {
 };
 
 struct Registry {
-  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<Group>> byImpl;
-  std::map<ShardKey, std::shared_ptr<Group>> byShard;
-  Stats stats;
+  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<GatheredParam>> byImpl;
+  std::map<ShardKey, std::shared_ptr<GatheredParam>> byShard;
   uint64_t nextGatherId = 1;
   std::map<int64_t, Handle> handles;
   int64_t nextHandle = 1;
@@ -157,7 +154,7 @@ void pointAt(const at::Tensor& dst, const at::Tensor& src) {
 }
 
 // Points every parameter of `g` at `full`. All-or-nothing.
-void swapTo(Group& g, const at::Tensor& full) {
+void swapTo(GatheredParam& g, const at::Tensor& full) {
   at::NoGradGuard noGrad;
   size_t done = 0;
   try {
@@ -168,7 +165,7 @@ void swapTo(Group& g, const at::Tensor& full) {
   }
 }
 
-void swapBackToShards(Group& g) {
+void swapBackToShards(GatheredParam& g) {
   if (!g.swapped) return;
   at::NoGradGuard noGrad;
   for (size_t i = 0; i < g.params.size(); ++i) pointAt(g.params[i], g.shards[i]);
@@ -184,7 +181,7 @@ void swapBackToShards(Group& g) {
 // KeptStorage), a tensor over that storage holding `full`'s bytes. The storage is kept from a
 // gather in grad mode on, and only when `full` owns its storage alone (the Gloo path's
 // per-parameter buffers; a slice of a bigger buffer cannot be handed over).
-at::Tensor fullOverKeptStorage(Registry& reg, Group& g, const at::Tensor& full) {
+at::Tensor fullOverKeptStorage(Registry& reg, GatheredParam& g, const at::Tensor& full) {
   const at::Tensor& owner = g.params.front();
   c10::StorageImpl* fullStorage = full.storage().unsafeGetStorageImpl();
   const bool alone = full.storage_offset() == 0 && fullStorage->nbytes() == full.nbytes() &&
@@ -215,7 +212,7 @@ at::Tensor fullOverKeptStorage(Registry& reg, Group& g, const at::Tensor& full) 
 }
 
 // Adds an alias TensorImpl to an already gathered group: it takes the group's full storage.
-void attachAlias(Group& g, const at::Tensor& alias) {
+void attachAlias(GatheredParam& g, const at::Tensor& alias) {
   at::Tensor shard = alias.detach();
   if (g.swapped) {
     at::NoGradGuard noGrad;
@@ -227,54 +224,49 @@ void attachAlias(Group& g, const at::Tensor& alias) {
 
 // Swaps the groups' shards back and forgets them. `reshards` counts unit-level reshards: the
 // distinct unshard events (collectives) whose storage this frees.
-void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<Group>>& groups) {
+void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
   std::unordered_set<uint64_t> events;
   for (const auto& g : groups) {
     swapBackToShards(*g);
     for (const at::Tensor& p : g->params) reg.byImpl.erase(p.unsafeGetTensorImpl());
     reg.byShard.erase(g->key);
-    reg.stats.unsharded_bytes -= g->fullBytes;
+    updateStats([&](Stats& st) { st.unsharded_bytes -= g->fullBytes; });
     g->refcount = 0;
     events.insert(g->gatherId);
   }
   // An unshard is undone when the last of its groups goes: backward lets a unit's parameters
   // go one by one (training.cpp), and that is still one reshard of one all-gather.
   for (const auto& entry : reg.byShard) events.erase(entry.second->gatherId);
-  reg.stats.reshards += static_cast<int64_t>(events.size());
+  updateStats([&](Stats& st) { st.reshards += static_cast<int64_t>(events.size()); });
 }
 
-void notePeak(Stats& s) {
-  s.peak_unsharded_bytes = std::max(s.peak_unsharded_bytes, s.unsharded_bytes);
-  s.peak_unsharded_param_and_grad_bytes =
-      std::max(s.peak_unsharded_param_and_grad_bytes, s.unsharded_bytes + s.unsharded_grad_bytes);
-}
 
 
 
 // ---- classify -------------------------------------------------------------------------------
 
 struct Classified {
-  std::vector<std::shared_ptr<Group>> known;  // gathered already (deduplicated)
-  std::vector<std::pair<std::shared_ptr<Group>, at::Tensor>> aliases;  // to attach
-  std::vector<std::shared_ptr<Group>> fresh;  // new groups, in first-seen order
+  std::vector<std::shared_ptr<GatheredParam>> known;  // gathered already (deduplicated)
+  std::vector<std::pair<std::shared_ptr<GatheredParam>, at::Tensor>> aliases;  // to attach
+  std::vector<std::shared_ptr<GatheredParam>> fresh;  // new groups, in first-seen order
 };
 
 Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
                     const std::vector<int64_t>& fullRows,
                     std::optional<at::ScalarType> paramDtype, const std::string& ctx,
-                    const std::string& unit, const GroupInfo& group) {
+                    const std::string& unit, const RankInfo& group) {
   FSDP_CHECK(params.size() == fullRows.size(), ErrorKind::kBadInput, ctx, ": got ", params.size(),
              " parameters but ", fullRows.size(), " full row counts");
   FSDP_CHECK(!paramDtype || at::isFloatingType(*paramDtype), ErrorKind::kBadInput, ctx,
              ": param_dtype must be a floating-point dtype, got ", *paramDtype);
   Classified out;
-  std::map<ShardKey, std::shared_ptr<Group>> freshByKey;
+  std::map<ShardKey, std::shared_ptr<GatheredParam>> freshByKey;
   std::unordered_set<const c10::TensorImpl*> seenImpls;
-  std::unordered_set<const Group*> knownSet;
-  auto addKnown = [&](const std::shared_ptr<Group>& g) {
+  std::unordered_set<const GatheredParam*> knownSet;
+  auto addKnown = [&](const std::shared_ptr<GatheredParam>& g) {
     if (knownSet.insert(g.get()).second) out.known.push_back(g);
   };
-  auto checkDtype = [&](size_t i, const Group& g) {
+  auto checkDtype = [&](size_t i, const GatheredParam& g) {
     const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
     FSDP_CHECK(g.dtype == want, ErrorKind::kBadInput, ctx, ": parameter ", i,
                " is already gathered (by unit '", g.unit, "') as ", g.dtype,
@@ -321,7 +313,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     const ShardKey key = shardKeyOf(p);
     auto gathered = reg.byShard.find(key);
     if (gathered != reg.byShard.end()) {
-      const Group& g = *gathered->second;
+      const GatheredParam& g = *gathered->second;
       FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.shards.front()),
                  ErrorKind::kBadInput, ctx, ": parameter ", i,
                  " aliases the storage of a gathered parameter of unit '", g.unit,
@@ -333,7 +325,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     }
     auto pending = freshByKey.find(key);
     if (pending != freshByKey.end()) {
-      Group& g = *pending->second;
+      GatheredParam& g = *pending->second;
       FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.params.front()),
                  ErrorKind::kBadInput, ctx, ": parameter ", i,
                  " aliases the storage of an earlier parameter but has a different shape, "
@@ -344,7 +336,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     const std::string bad = layout::checkShardRows(p.size(0), fullRows[i], group.world);
     FSDP_CHECK(bad.empty(), ErrorKind::kBadInput, ctx, ": parameter ", i, " (shape ", p.sizes(),
                ") on rank ", group.rank, ": ", bad);
-    auto g = std::make_shared<Group>();
+    auto g = std::make_shared<GatheredParam>();
     g->params.push_back(p);
     g->key = key;
     g->fullRows = fullRows[i];
@@ -359,8 +351,8 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
 
 // ---- issue / commit / drop ------------------------------------------------------------------
 
-std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group>> fresh,
-                                const std::string& ctx, const GroupInfo& group, bool asyncStart) {
+std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<GatheredParam>> fresh,
+                                const std::string& ctx, const RankInfo& group, bool asyncStart) {
   const c10::Device device = fresh.front()->params.front().device();
   for (size_t gi = 1; gi < fresh.size(); ++gi) {
     FSDP_CHECK(fresh[gi]->params.front().device() == device, ErrorKind::kBadInput, ctx,
@@ -384,13 +376,12 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Group
   f->pending = startUnshard(req, ctx);
   f->groups = std::move(fresh);
   f->gatherId = reg.nextGatherId++;
-  f->rank = group.rank;
-  f->world = group.world;
   for (const auto& g : f->groups) f->bytes += g->fullBytes;
-  reg.stats.all_gathers += 1;
-  reg.stats.bytes_gathered += f->bytes;
-  reg.stats.unsharded_bytes += f->bytes;
-  notePeak(reg.stats);
+  updateStats([&](Stats& st) {
+    st.all_gathers += 1;
+    st.bytes_gathered += f->bytes;
+    st.unsharded_bytes += f->bytes;
+  });
   return f;
 }
 
@@ -399,15 +390,15 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
   try {
     f.pending->finish();
   } catch (const std::exception& e) {
-    reg.stats.unsharded_bytes -= f.bytes;
-    throwCollectiveFailure(ctx, f.groups.size(), f.pending->bytesPerRank(),
-                           f.pending->backendName(), f.rank, f.world, e);
+    updateStats([&](Stats& st) { st.unsharded_bytes -= f.bytes; });
+    raiseCollectiveFailure(gatherSpec(ctx, f.groups.size(), f.pending->bytesPerRank()), e,
+                           f.pending->backendName());
   }
   const std::vector<at::Tensor>& fulls = f.pending->fulls();
   size_t swappedGroups = 0;
   try {
     for (size_t gi = 0; gi < f.groups.size(); ++gi) {
-      Group& g = *f.groups[gi];
+      GatheredParam& g = *f.groups[gi];
       if (fulls[gi].defined()) {
         swapTo(g, fullOverKeptStorage(reg, g, fulls[gi]));
         g.swapped = true;
@@ -416,7 +407,7 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
     }
   } catch (const std::exception& e) {
     for (size_t gi = 0; gi < swappedGroups; ++gi) swapBackToShards(*f.groups[gi]);
-    reg.stats.unsharded_bytes -= f.bytes;
+    updateStats([&](Stats& st) { st.unsharded_bytes -= f.bytes; });
     raise(ErrorKind::kInternal,
           c10::str(ctx, ": swapping in the gathered storage failed: ", describeException(e)));
   }
@@ -436,8 +427,10 @@ void commit(Registry& reg, InFlight& f, const std::string& ctx) {
 void drop(Registry& reg, InFlight& f) {
   f.pending->abandon();
   f.pending.reset();
-  reg.stats.unsharded_bytes -= f.bytes;
-  reg.stats.reshards += 1;
+  updateStats([&](Stats& st) {
+    st.unsharded_bytes -= f.bytes;
+    st.reshards += 1;
+  });
 }
 
 void markInFlight(Registry& reg, const InFlight& f, int64_t handle) {
@@ -462,7 +455,7 @@ void releaseToScopeHoldsLocked(Registry& reg) {
     if (!entry.second.inflight) continue;
     unmarkInFlight(reg, *entry.second.inflight);
     drop(reg, *entry.second.inflight);
-    reg.stats.in_flight -= 1;
+    updateStats([](Stats& st) { st.in_flight -= 1; });
   }
   reg.handles.clear();
   reg.inFlightByImpl.clear();
@@ -470,8 +463,8 @@ void releaseToScopeHoldsLocked(Registry& reg) {
   // What open unshard scopes hold stays gathered, with their gathers as its only counts: the
   // state before the entry call that raised (unsharded_scope.cpp).
   const auto holds = scopeHolds();
-  std::vector<std::shared_ptr<Group>> groups;
-  std::unordered_set<const Group*> seen;
+  std::vector<std::shared_ptr<GatheredParam>> groups;
+  std::unordered_set<const GatheredParam*> seen;
   for (const auto& entry : reg.byImpl) {
     if (!seen.insert(entry.second.get()).second) continue;
     int64_t held = 0;
@@ -504,7 +497,7 @@ void checkScopeBudgetLocked(Registry& reg, const Classified& c, const std::strin
   if (budget < 0) return;
   int64_t fresh = 0;
   for (const auto& g : c.fresh) fresh += g->fullBytes;
-  const int64_t held = reg.stats.unsharded_bytes + reg.stats.unsharded_grad_bytes;
+  const int64_t held = unshardedParamAndGradBytesNow();
   if (held + fresh <= budget) return;
   releaseToScopeHoldsLocked(reg);
   raise(ErrorKind::kBadInput,
@@ -519,7 +512,7 @@ void checkScopeBudgetLocked(Registry& reg, const Classified& c, const std::strin
 void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
                   const std::vector<int64_t>& fullRows, const std::string& unit,
                   std::optional<at::ScalarType> paramDtype, const std::string& ctx) {
-  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
+  const RankInfo group = groupOf(CollectiveGroup::kShardGroup);
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
   checkScopeBudgetLocked(reg, c, ctx);
   // Before anything changes, so a failure here leaves every count as it was: the caller may be
@@ -527,7 +520,7 @@ void gatherLocked(Registry& reg, const std::vector<at::Tensor>& params,
   for (const auto& g : c.known) {
     if (g->nestedHook && g->swapped) g->nestedHook->orderCurrentStream(g->params.front());
   }
-  std::vector<std::shared_ptr<Group>> counted = c.known;
+  std::vector<std::shared_ptr<GatheredParam>> counted = c.known;
   if (!c.fresh.empty()) {
     std::unique_ptr<InFlight> f = issue(reg, c.fresh, ctx, group, /*asyncStart=*/false);
     commit(reg, *f, ctx);
@@ -547,7 +540,7 @@ std::vector<at::Tensor> allGather(const std::vector<at::Tensor>& params,
                                   std::optional<at::ScalarType> paramDtype) {
   std::lock_guard<std::mutex> lock(registryMutex());
   Registry& reg = registry();
-  reg.stats.gather_calls += 1;
+  updateStats([](Stats& st) { st.gather_calls += 1; });
   gatherLocked(reg, params, fullRows, unit, paramDtype, ctxOf("all_gather", unit));
   return params;
 }
@@ -557,9 +550,9 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
                        std::optional<at::ScalarType> paramDtype) {
   std::lock_guard<std::mutex> lock(registryMutex());
   Registry& reg = registry();
-  reg.stats.gather_calls += 1;
+  updateStats([](Stats& st) { st.gather_calls += 1; });
   const std::string ctx = ctxOf("all_gather_start", unit);
-  const GroupInfo group = groupOf(CollectiveGroup::kShardGroup);
+  const RankInfo group = groupOf(CollectiveGroup::kShardGroup);
   // Gathered parameters are only checked here; their counts rise at the wait, which classifies
   // again (a unit resharded in between is gathered again there).
   Classified c = classify(reg, params, fullRows, paramDtype, ctx, unit, group);
@@ -573,8 +566,7 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
   if (!c.fresh.empty()) {
     h.inflight = issue(reg, std::move(c.fresh), ctx, group, /*asyncStart=*/true);
     markInFlight(reg, *h.inflight, id);
-    reg.stats.in_flight += 1;
-    reg.stats.in_flight_peak = std::max(reg.stats.in_flight_peak, reg.stats.in_flight);
+    updateStats([](Stats& st) { st.in_flight += 1; });
   }
   reg.handles.emplace(id, std::move(h));
   return id;
@@ -583,7 +575,7 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
 std::vector<at::Tensor> allGatherWait(int64_t handle) {
   std::lock_guard<std::mutex> lock(registryMutex());
   Registry& reg = registry();
-  reg.stats.wait_calls += 1;
+  updateStats([](Stats& st) { st.wait_calls += 1; });
   auto it = reg.handles.find(handle);
   FSDP_CHECK(it != reg.handles.end(), ErrorKind::kBadInput,
              "fsdp::all_gather_wait: unknown handle ", handle,
@@ -594,7 +586,7 @@ std::vector<at::Tensor> allGatherWait(int64_t handle) {
   const std::string ctx = ctxOf("all_gather_wait", h.unit);
   if (h.inflight) {
     unmarkInFlight(reg, *h.inflight);
-    reg.stats.in_flight -= 1;
+    updateStats([](Stats& st) { st.in_flight -= 1; });
     commit(reg, *h.inflight, ctx);
   }
   try {
@@ -602,7 +594,7 @@ std::vector<at::Tensor> allGatherWait(int64_t handle) {
   } catch (...) {
     // Groups this wait registered and nothing counted yet: reshard them again.
     if (h.inflight) {
-      std::vector<std::shared_ptr<Group>> orphans;
+      std::vector<std::shared_ptr<GatheredParam>> orphans;
       for (const auto& g : h.inflight->groups) {
         if (g->refcount == 0 && reg.byShard.count(g->key) != 0) orphans.push_back(g);
       }
@@ -616,10 +608,10 @@ std::vector<at::Tensor> allGatherWait(int64_t handle) {
 void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   std::lock_guard<std::mutex> lock(registryMutex());
   Registry& reg = registry();
-  reg.stats.reshard_calls += 1;
+  updateStats([](Stats& st) { st.reshard_calls += 1; });
   const std::string ctx = ctxOf("reshard", unit);
-  std::vector<std::shared_ptr<Group>> groups;
-  std::unordered_set<const Group*> seen;
+  std::vector<std::shared_ptr<GatheredParam>> groups;
+  std::unordered_set<const GatheredParam*> seen;
   for (size_t i = 0; i < params.size(); ++i) {
     FSDP_CHECK(params[i].defined(), ErrorKind::kBadInput, ctx, ": parameter ", i, " is undefined");
     auto it = reg.byImpl.find(params[i].unsafeGetTensorImpl());
@@ -635,7 +627,7 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
     }
     if (seen.insert(it->second.get()).second) groups.push_back(it->second);
   }
-  std::vector<std::shared_ptr<Group>> released;
+  std::vector<std::shared_ptr<GatheredParam>> released;
   for (const auto& g : groups) {
     if (--g->refcount == 0) released.push_back(g);
   }
@@ -647,7 +639,7 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
 void releaseAll() {
   std::lock_guard<std::mutex> lock(detail::registryMutex());
   detail::Registry& reg = detail::registry();
-  reg.stats.release_all_calls += 1;
+  detail::updateStats([](Stats& st) { st.release_all_calls += 1; });
   detail::releaseToScopeHoldsLocked(reg);
 }
 
@@ -659,110 +651,6 @@ int64_t detail::bytesToGather(const std::vector<at::Tensor>& params, const std::
   int64_t bytes = 0;
   for (const auto& g : c.fresh) bytes += g->fullBytes;
   return bytes;
-}
-
-void detail::countAgreement() {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  detail::registry().stats.agreements += 1;
-}
-
-void detail::noteUnshardedGradBytes(int64_t delta) {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  Stats& s = detail::registry().stats;
-  s.unsharded_grad_bytes += delta;
-  s.peak_unsharded_grad_bytes = std::max(s.peak_unsharded_grad_bytes, s.unsharded_grad_bytes);
-  detail::notePeak(s);
-}
-
-int64_t detail::unshardedParamAndGradBytesNow() {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  const Stats& s = detail::registry().stats;
-  return s.unsharded_bytes + s.unsharded_grad_bytes;
-}
-
-namespace {
-// Bytes sent by kind of group (Stats::bytes_sent_*). Atomics, not the registry's counters: the
-// envelopes that count them are issued while a gather holds the registry's lock.
-struct BytesSent {
-  std::atomic<int64_t> world{0}, shardGroup{0}, replicaGroup{0};
-};
-BytesSent& bytesSent() {
-  static BytesSent* b = new BytesSent();
-  return *b;
-}
-}  // namespace
-
-void detail::countBytesSent(const std::string& groupTag, int64_t bytes) {
-  BytesSent& b = bytesSent();
-  if (groupTag.rfind("shard", 0) == 0) {
-    b.shardGroup += bytes;
-  } else if (groupTag.rfind("replica", 0) == 0) {
-    b.replicaGroup += bytes;
-  } else {
-    b.world += bytes;
-  }
-}
-
-void detail::countGradReduction() {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  detail::registry().stats.grad_reductions += 1;
-}
-
-Stats stats() {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  Stats s = detail::registry().stats;
-  const detail::HostBufferPoolStats pool = detail::hostBufferPoolStats();
-  s.host_buffer_cached_bytes = pool.cachedBytes;
-  s.host_buffer_cache_limit = pool.peakLiveBytes;
-  s.host_buffer_live_bytes = pool.liveBytes;
-  s.bytes_sent_world = bytesSent().world;
-  s.bytes_sent_shard_group = bytesSent().shardGroup;
-  s.bytes_sent_replica_group = bytesSent().replicaGroup;
-  return s;
-}
-
-void resetStats() {
-  std::lock_guard<std::mutex> lock(detail::registryMutex());
-  Stats& s = detail::registry().stats;
-  const int64_t now = s.unsharded_bytes;
-  const int64_t inFlight = s.in_flight;
-  const int64_t grads = s.unsharded_grad_bytes;
-  s = Stats();
-  bytesSent().world = 0;
-  bytesSent().shardGroup = 0;
-  bytesSent().replicaGroup = 0;
-  s.unsharded_bytes = now;
-  s.peak_unsharded_bytes = now;
-  s.in_flight = inFlight;
-  s.in_flight_peak = inFlight;
-  s.unsharded_grad_bytes = grads;
-  s.peak_unsharded_grad_bytes = grads;
-  s.peak_unsharded_param_and_grad_bytes = now + grads;
-}
-
-std::vector<std::pair<std::string, int64_t>> Stats::items() const {
-  return {{"all_gathers", all_gathers},
-          {"gather_calls", gather_calls},
-          {"bytes_gathered", bytes_gathered},
-          {"unsharded_bytes", unsharded_bytes},
-          {"peak_unsharded_bytes", peak_unsharded_bytes},
-          {"reshards", reshards},
-          {"reshard_calls", reshard_calls},
-          {"release_all_calls", release_all_calls},
-          {"wait_calls", wait_calls},
-          {"in_flight", in_flight},
-          {"in_flight_peak", in_flight_peak},
-          {"agreements", agreements},
-          {"grad_reductions", grad_reductions},
-          {"unsharded_grad_bytes", unsharded_grad_bytes},
-          {"peak_unsharded_grad_bytes", peak_unsharded_grad_bytes},
-          {"peak_unsharded_param_and_grad_bytes", peak_unsharded_param_and_grad_bytes},
-          {"bytes_sent_world", bytes_sent_world},
-          {"bytes_sent_shard_group", bytes_sent_shard_group},
-          {"bytes_sent_replica_group", bytes_sent_replica_group},
-          {"host_buffer_cached_bytes", host_buffer_cached_bytes},
-          {"host_buffer_cache_limit", host_buffer_cache_limit},
-          {"host_buffer_live_bytes", host_buffer_live_bytes}};
 }
 
 }  // namespace runtime

@@ -1,7 +1,7 @@
 // Internal: the unshard/reshard engine behind fsdp::all_gather, fsdp::all_gather_start /
 // fsdp::all_gather_wait, fsdp::reshard and fsdp::release_all (storage swap, per-TensorImpl
-// registry, reference counts, in-flight handles, stats). The data movement itself is the
-// device path's (data_path.h).
+// registry, reference counts, in-flight handles). The data movement itself is the device path's
+// (data_path.h); the counters are stats.h's.
 #pragma once
 
 #include <optional>
@@ -34,18 +34,6 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
 /// gathered yet, each once. Validates like a gather, moves nothing (unsharded_scope.cpp).
 int64_t bytesToGather(const std::vector<at::Tensor>& params, const std::vector<int64_t>& fullRows,
                       std::optional<at::ScalarType> paramDtype);
-/// Counts one fsdp::rank_any in the stats (agreement.cpp does the exchange).
-void countAgreement();
-/// Training (training.cpp): full gradients alive (+bytes when one arrives, -bytes once reduced),
-/// and one gradient summed over the ranks.
-void noteUnshardedGradBytes(int64_t delta);
-void countGradReduction();
-/// Bytes this rank sends in a collective of the group tagged `groupTag` (GroupMembers): the
-/// stats' bytes_sent_* of its kind.
-void countBytesSent(const std::string& groupTag, int64_t bytes);
-/// The parameter and gradient bytes unsharded now (stats' unsharded_bytes +
-/// unsharded_grad_bytes, which reset_stats keeps): what --max-unsharded-bytes bounds (SPEC 10).
-int64_t unshardedParamAndGradBytesNow();
 
 }  // namespace detail
 }  // namespace runtime

@@ -3,7 +3,7 @@
 // summon_full_params). docs/runtime.md, "Unshard scopes".
 //
 // Opening a scope on a module rewritten by fsdp-opt:
-//   1. reads what the rewrite recorded on the root (passes/support/scope_metadata.h): the units,
+//   1. reads what the rewrite recorded on the root (passes/ir/scope_metadata.h): the units,
 //      each one's parameter paths and full rows, --max-unsharded-bytes, --bucket-bytes and
 //      --param-dtype;
 //   2. runs what an entry method runs first, fsdp::check_rank: the process group is initialised
@@ -41,27 +41,18 @@
 
 #include "data_path.h"
 #include "errors.h"
-#include "fsdp_opt/runtime.h"
-#include "fsdp_opt/unsharded_scope.h"
+#include "fsdp_opt/format.h"
+#include "fsdp_opt/runtime/runtime.h"
+#include "fsdp_opt/runtime/unsharded_scope.h"
 #include "process_group.h"
 #include "training.h"
+#include "stats.h"
 #include "unshard_state.h"
 
 namespace fsdp_opt {
 namespace runtime {
 namespace detail {
 namespace {
-
-// The root attributes the rewrite records (passes/support/scope_metadata.h) and the rank
-// attributes of every entry method's fsdp::check_rank (passes/support/fsdp_ops.h).
-constexpr const char* kUnitsAttr = "_fsdp_scope_units";
-constexpr const char* kParamsAttr = "_fsdp_scope_params";
-constexpr const char* kRowsAttr = "_fsdp_scope_rows";
-constexpr const char* kOptionsAttr = "_fsdp_scope_options";
-constexpr const char* kRankAttr = "_fsdp_rank";
-constexpr const char* kWorldSizeAttr = "_fsdp_world_size";
-constexpr const char* kManifestHashAttr = "_fsdp_manifest_sha256";
-constexpr const char* kShardGroupSizeAttr = "_fsdp_shard_group_size";  // only on HSDP files
 
 constexpr const char* kWhat = "unshard scope";
 
@@ -131,9 +122,9 @@ at::Tensor tensorAt(const torch::jit::Module& root, const std::string& path) {
 }
 
 std::vector<UnitParams> recordedUnits(const torch::jit::Module& root, std::optional<at::ScalarType> paramDtype) {
-  const auto units = rootAttribute(root, kUnitsAttr).toListRef();
-  const auto params = rootAttribute(root, kParamsAttr).toListRef();
-  const auto rows = rootAttribute(root, kRowsAttr).toListRef();
+  const auto units = rootAttribute(root, kScopeUnitsAttr).toListRef();
+  const auto params = rootAttribute(root, kScopeParamsAttr).toListRef();
+  const auto rows = rootAttribute(root, kScopeRowsAttr).toListRef();
   FSDP_CHECK(units.size() == params.size() && units.size() == rows.size(), ErrorKind::kBadInput, kWhat,
              ": the module's unit metadata is inconsistent");
   std::vector<UnitParams> out;
@@ -226,8 +217,8 @@ ScopeOpened openScope(const torch::jit::Module& root, const std::vector<std::str
   checkRank(rank.toInt(), world.toInt(), shardGroupSize, sha.toStringRef());
   startEntryCall();
 
-  const auto options = rootAttribute(root, kOptionsAttr).toIntVector();
-  FSDP_CHECK(options.size() == 3, ErrorKind::kBadInput, kWhat, ": the module's ", kOptionsAttr,
+  const auto options = rootAttribute(root, kScopeOptionsAttr).toIntVector();
+  FSDP_CHECK(options.size() == 3, ErrorKind::kBadInput, kWhat, ": the module's ", kScopeOptionsAttr,
              " holds ", options.size(), " values, not 3");
   const int64_t budget = options[0];
   const int64_t bucketBytes = options[1];

@@ -1,4 +1,4 @@
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 
 #ifndef FSDP_OPT_VERSION
 #define FSDP_OPT_VERSION "unknown"

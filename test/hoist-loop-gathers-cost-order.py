@@ -1,5 +1,5 @@
 # hoist-loop-gathers takes the costliest gathers out of a loop first, by the planner's cost model
-# (support/gather_cost.h): `run` calls unit a, then unit b in an inner loop and once more, then
+# (ir/gather_cost.h): `run` calls unit a, then unit b in an inner loop and once more, then
 # unit d, in every step of its outer loop, after a larger unit c once before it. The budget fits
 # c alone, or one of a, b, d held across the outer loop beside one other, not two of them held;
 # so nothing can be held for the whole call, and of the outer loop's gathers only the first one

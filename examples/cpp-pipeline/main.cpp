@@ -22,9 +22,9 @@
 // The pipeline options (--fsdp-unit PATTERN, --fsdp-unit-type NAME, --forward-method
 // PATTERN:METHOD, ...) are fsdp-opt's, parsed by fsdp_opt::applyOption.
 // Exit status: 0 when the outputs match, 1 on a mismatch or any error.
-#include <fsdp_opt/compare.h>
+#include <fsdp_opt/runtime/compare.h>
 #include <fsdp_opt/fsdp_opt.h>
-#include <fsdp_opt/runtime.h>
+#include <fsdp_opt/runtime/runtime.h>
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/passes/common_subexpression_elimination.h>

@@ -15,7 +15,7 @@
 //   OUT.pt      where to write this rank's parameters after training (a dict name -> shard,
 //               readable with torch.load)
 // Prints the loss of each step. Exit status 0, or 1 with an `error:` line.
-#include <fsdp_opt/runtime.h>
+#include <fsdp_opt/runtime/runtime.h>
 
 #include <torch/script.h>
 #include <torch/torch.h>

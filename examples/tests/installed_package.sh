@@ -24,7 +24,7 @@ uses_installed() {
 
 echo "== cmake --install $FSDP_BUILD_DIR --prefix $prefix"
 "$FSDP_CMAKE" --install "$FSDP_BUILD_DIR" --prefix "$prefix" >"$work/install.log" || { cat "$work/install.log"; fail "cmake --install"; }
-for f in include/fsdp_opt/fsdp_opt.h include/fsdp_opt/pass_manager.h include/fsdp_opt/runtime.h \
+for f in include/fsdp_opt/fsdp_opt.h include/fsdp_opt/passes/pass_manager.h include/fsdp_opt/runtime/runtime.h \
          lib/libfsdp_passes.so lib/libfsdp_runtime.so bin/fsdp-opt bin/fsdp-run \
          lib/cmake/FsdpOpt/FsdpOptConfig.cmake lib/cmake/FsdpOpt/FsdpOptConfigVersion.cmake \
          lib/cmake/FsdpOpt/FsdpOptTargets.cmake; do

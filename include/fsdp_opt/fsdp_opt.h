@@ -12,10 +12,10 @@
 // per-method executor caches of the input never see the rewritten graphs.
 #pragma once
 
-#include <fsdp_opt/diagnostics.h>
-#include <fsdp_opt/options.h>
-#include <fsdp_opt/pass_manager.h>
-#include <fsdp_opt/passes.h>
+#include <fsdp_opt/passes/diagnostics.h>
+#include <fsdp_opt/passes/options.h>
+#include <fsdp_opt/passes/pass_manager.h>
+#include <fsdp_opt/passes/passes.h>
 
 #include <torch/csrc/jit/api/module.h>
 

@@ -6,10 +6,10 @@
 // Assumes: the module is a scripted module whose exported methods are compiled.
 // Guarantees: every listed forward method exists on its unit; `forward` (and its TorchScript
 // overloads, `forward__0`...) is a forward method of every unit that defines it.
-#include <fsdp_opt/analysis.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/analysis.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "../support/module_tree.h"
+#include "../ir/module_tree.h"
 
 #include <algorithm>
 #include <cctype>

@@ -5,10 +5,10 @@
 // unit holding all of its slots. 0-dim parameters are replicated and belong to no group.
 // Assumes: findUnits has filled plan.units. Guarantees: every slot of a grouped tensor maps to
 // its unit in plan.unitOfParamPath; no tensor is in two groups.
-#include <fsdp_opt/analysis.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/analysis.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "../support/module_tree.h"
+#include "../ir/module_tree.h"
 
 #include <map>
 

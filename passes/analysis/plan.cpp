@@ -1,4 +1,4 @@
-#include <fsdp_opt/plan.h>
+#include <fsdp_opt/passes/plan.h>
 
 #include <algorithm>
 

@@ -1,9 +1,9 @@
 // Analysis: the statistics of a finished transform, for --stats, the C++ API and Python alike.
 // Gathers per call come from the same instance walk the verifier uses, over the rewritten IR:
 // what a call really issues, not what the passes meant to leave.
-#include <fsdp_opt/analysis.h>
+#include <fsdp_opt/passes/analysis.h>
 
-#include "../support/instance_walk.h"
+#include "../ir/instance_walk.h"
 
 #include <set>
 

@@ -6,11 +6,11 @@
 // rewrite this is the least any schedule can hold, since every unit is gathered only around its
 // own calls; after scheduling it is what hoisting, bucketing and prefetching left, which the
 // runtime's `peak_unsharded_bytes` counter measures.
-#include <fsdp_opt/analysis.h>
+#include <fsdp_opt/passes/analysis.h>
 
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/passes/pattern.h>
 
-#include "../support/instance_walk.h"
+#include "../ir/instance_walk.h"
 
 namespace fsdp_opt {
 

@@ -1,5 +1,5 @@
 // Loads a TorchScript archive leaving the records that hold only parameters unread.
-// See include/fsdp_opt/deferred_load.h.
+// See include/fsdp_opt/passes/deferred_load.h.
 //
 // How: PyTorchStreamReader copies a stored record with one read of the whole record into the
 // buffer it has just allocated. A read adapter that recognises a tensor record's data offset
@@ -15,7 +15,7 @@
 // Guarantees: after loadDeferringParameters, every reachable tensor except those whose storage
 // is held only by parameter slots has its bytes, and ParameterBytes knows the file offset of
 // every storage that does not.
-#include <fsdp_opt/deferred_load.h>
+#include <fsdp_opt/passes/deferred_load.h>
 
 #include <caffe2/serialize/inline_container.h>
 #include <caffe2/serialize/read_adapter_interface.h>

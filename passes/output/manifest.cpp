@@ -1,7 +1,7 @@
 // manifest.json: what a set of rank files was made from and what it holds.
-#include <fsdp_opt/compare.h>
-#include <fsdp_opt/output.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/runtime/compare.h>
+#include <fsdp_opt/passes/output.h>
+#include <fsdp_opt/passes/pattern.h>
 
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>

@@ -4,11 +4,11 @@
 // (rank r's shard) and the root's rank attributes differ. So the writer swaps shards into the
 // slots, saves, and moves on; every slot of a tied parameter gets the SAME shard tensor, which
 // TorchScript's pickler stores once and loads as one tensor, so ties survive.
-#include <fsdp_opt/deferred_load.h>
-#include <fsdp_opt/output.h>
+#include <fsdp_opt/passes/deferred_load.h>
+#include <fsdp_opt/passes/output.h>
 
-#include "../support/fsdp_ops.h"
-#include "../support/module_tree.h"
+#include "../ir/fsdp_ops.h"
+#include "../ir/module_tree.h"
 
 #include <ATen/ATen.h>
 #include <torch/csrc/jit/serialization/export.h>
@@ -66,18 +66,6 @@ bool isFsdpOptOutput(const fs::path& dir) {
          manifest.contains("format_version");
 }
 
-void setRankAttributes(torch::jit::Module& module, int64_t rank, int64_t worldSize,
-                       const std::string& manifestSha256) {
-  module.setattr(kRankAttr, rank);
-  module.setattr(kWorldSizeAttr, worldSize);
-  module.setattr(kManifestHashAttr, manifestSha256);
-}
-
-// An HSDP file's shard group size, beside its rank (wrap-entry-methods added the attribute).
-void setShardGroupAttribute(torch::jit::Module& module, int64_t shardGroupSize) {
-  if (module.hasattr(kShardGroupSizeAttr)) module.setattr(kShardGroupSizeAttr, shardGroupSize);
-}
-
 // Whatever the saver will pickle from `module` gets its bytes: the writer defers only the rows
 // it cuts itself, so a parameter that a pass also put elsewhere is never saved unread.
 void materializeReachable(const torch::jit::Module& module, ParameterBytes* bytes) {
@@ -97,12 +85,12 @@ void returnFreedMemory() {
 
 at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, const ParameterBytes* bytes) {
   at::NoGradGuard noGrad;
-  int64_t rows = full.size(0);
-  int64_t chunk = shardRows(rows, worldSize);
+  const int64_t rows = full.size(0);
+  const int64_t chunk = shardRows(rows, worldSize);
   std::vector<int64_t> shape = full.sizes().vec();
   shape[0] = chunk;
-  int64_t begin = std::min(rank * chunk, rows);
-  int64_t count = std::min(chunk, rows - begin);
+  const int64_t begin = shardRowBegin(rows, worldSize, rank);
+  const int64_t count = shardValidRows(rows, worldSize, rank);
   if (bytes && count == chunk) {
     if (at::Tensor inPlace = bytes->rowsInPlace(full, begin, count); inPlace.defined()) {
       inPlace.set_requires_grad(full.requires_grad());
@@ -123,13 +111,31 @@ at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, co
   return shard;
 }
 
+void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh, int64_t rank,
+                    const FullTensorOf& fullOf, const ParameterBytes* bytes) {
+  ModuleIndex index(module);
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) {
+      const at::Tensor& full = fullOf ? fullOf(param) : param.tensor;
+      at::Tensor shard = makeShard(full, mesh.shardOf(rank), mesh.shardGroupSize, bytes);
+      for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, shard);
+    }
+  }
+  module.setattr(kRankAttr, rank);
+  module.setattr(kWorldSizeAttr, mesh.worldSize);
+  // An HSDP file's shard group size, beside its rank (wrap-entry-methods added the attribute).
+  if (module.hasattr(kShardGroupSizeAttr)) module.setattr(kShardGroupSizeAttr, mesh.shardGroupSize);
+}
+
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
                      const std::string& path, ParameterBytes* bytes) {
   fs::path target(path);
   if (fs::is_directory(target)) throw std::runtime_error("output '" + path + "' is a directory; with --world-size=1 -o names a .pt file");
   fs::path temporary = temporarySibling(target, /*directory=*/false);
   try {
-    setRankAttributes(module, 0, 1, manifestSha256);
+    module.setattr(kRankAttr, 0);
+    module.setattr(kWorldSizeAttr, 1);
+    module.setattr(kManifestHashAttr, manifestSha256);
     materializeReachable(module, bytes);
     module.save(temporary.string());
     applyUmask(temporary, /*directory=*/false);
@@ -165,14 +171,9 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
     }
   };
   try {
-    setShardGroupAttribute(module, mesh.shardGroupSize);
     for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
-      for (const auto& unit : plan.units) {
-        for (const auto& param : unit.params) {
-          setSlots(param, makeShard(param.tensor, mesh.shardOf(rank), mesh.shardGroupSize, bytes));
-        }
-      }
-      setRankAttributes(module, rank, mesh.worldSize, manifestSha256);
+      makeRankModule(module, plan, mesh, rank, nullptr, bytes);
+      module.setattr(kManifestHashAttr, manifestSha256);
       materializeReachable(module, bytes);
       module.save((temporary / rankFileName(rank)).string());
       restoreSlots();

@@ -27,7 +27,9 @@ class _Layout:
     shape over this rank's unpadded rows; anything else stays a plain tensor (replicated)."""
 
     def __init__(self, module, manifest, mesh, what):
-        from . import FsdpOptError, _manifest_units
+        from ._errors import FsdpOptError
+        from ._libraries import _format_name
+        from ._training import _manifest_units
         try:
             from torch.distributed.tensor import DTensor, Replicate, Shard
             from torch.distributed.device_mesh import init_device_mesh
@@ -36,10 +38,10 @@ class _Layout:
                                "fsdp_opt.full_state_dict (%s)" % (what, torch.__version__, e)) from None
         import torch.distributed as dist
 
-        self.rank = int(getattr(module, "_fsdp_rank", 0))
-        self.world = int(getattr(module, "_fsdp_world_size", 1))
+        self.rank = int(getattr(module, _format_name("rank_attr"), 0))
+        self.world = int(getattr(module, _format_name("world_size_attr"), 1))
         # An HSDP file (--shard-group-size) holds shard r % S of S; its mesh is 2-D, (R, S).
-        self.group = int(getattr(module, "_fsdp_shard_group_size", self.world))
+        self.group = int(getattr(module, _format_name("shard_group_size_attr"), self.world))
         self.shard = self.rank % self.group
         shape = (self.world,) if self.group == self.world else (self.world // self.group, self.group)
         units = _manifest_units(module, manifest, what)
@@ -71,14 +73,12 @@ class _Layout:
 
     def wrap(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """`tensor` (the shard of parameter `name`, or a tensor of its shape) for the checkpoint."""
-        from . import FsdpOptError
+        from ._errors import FsdpOptError
         tensor = tensor.detach()
         shape = self.full_shape.get(name)
         if shape is None:
             return tensor
-        rows = shape[0]
-        chunk = -(-rows // self.group)
-        count = min(chunk, rows - min(self.shard * chunk, rows))
+        chunk, _, count = torch.ops.fsdp_opt.shard_rows(shape[0], self.group, self.shard)  # format.h
         if list(tensor.shape[1:]) != shape[1:] or tensor.shape[0] != chunk:
             raise FsdpOptError("%s: %s has shape %s, not a shard of %s for shard group size %d (is a unit gathered?)"
                                % (self._what, name, list(tensor.shape), shape, self.group))
@@ -101,7 +101,7 @@ def sharded_state_dict(module: torch.jit.ScriptModule, manifest: Optional[str] =
     one of shape (W / S, S), the unit parameters then (Replicate(), Shard(0)) as FSDP2's HSDP
     lays them out (default: one over the default process group, which torch.distributed must
     have, on the parameters' device type)."""
-    from . import _attribute
+    from ._training import _attribute
     layout = _Layout(module, manifest, mesh, "sharded_state_dict")
     state: Dict[str, torch.Tensor] = {}
     for path, aliases, _ in layout.params:
@@ -150,7 +150,7 @@ def sharded_optimizer_state_dict(module: torch.jit.ScriptModule, optimizer: torc
     apply_optimizer_param_groups(optimizer, the dict) takes the loaded hyperparameters (a
     scheduler's learning rate). An optimizer that has not stepped yet gets its state first (one
     step on zero gradients at learning rate 0, parameters unchanged)."""
-    from . import FsdpOptError
+    from ._errors import FsdpOptError
     layout = _Layout(module, manifest, mesh, "sharded_optimizer_state_dict")
     names = {}
     for name, p in module.named_parameters():
@@ -177,7 +177,7 @@ def sharded_optimizer_state_dict(module: torch.jit.ScriptModule, optimizer: torc
 def apply_optimizer_param_groups(optimizer: torch.optim.Optimizer, optimizer_state: Dict[str, object]) -> None:
     """After dcp.load into a sharded_optimizer_state_dict: the optimizer takes the loaded
     hyperparameters of each parameter group (the tensors are already loaded in place)."""
-    from . import FsdpOptError
+    from ._errors import FsdpOptError
     groups = optimizer_state["param_groups"]
     if len(groups) != len(optimizer.param_groups):
         raise FsdpOptError("apply_optimizer_param_groups: the checkpoint has %d parameter groups, the optimizer %d"

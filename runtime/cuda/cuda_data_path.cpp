@@ -19,9 +19,8 @@
 #include <c10/cuda/CUDAGuard.h>
 #include <c10/util/Exception.h>
 
+#include "../collective.h"
 #include "../collective_backend.h"
-#include "../collective_order.h"
-#include "../envelope.h"
 #include "../environment.h"
 #include "../errors.h"
 #include "../process_group.h"
@@ -135,16 +134,10 @@ class CudaUnshard final : public PendingUnshard {
       const int64_t payload = perParam_ ? layout::ParamMajorLayout(specs, req.world).totalShardBytes()
                                         : layout::PackLayout(specs, req.world).packedBytes();
       if (payload > 0) {
-        try {
-          order = lockCollectiveOrder();
-          exchangeHostEnvelope(gatherIdentity(req, perParam_ ? "per-param" : "packed", payload),
-                               context, CollectiveGroup::kShardGroup);
-        } catch (const std::exception& e) {
-          throwCollectiveFailure(context, n, payload,
-                                 glooBuilt() ? "gloo (fingerprint envelope)"
-                                             : "store (fingerprint envelope)",
-                                 req.rank, req.world, e);
-        }
+        CollectiveSpec spec = gatherSpec(context, n, payload);
+        spec.identity = gatherIdentity(req, perParam_ ? "per-param" : "packed", payload);
+        spec.device = req.device;
+        order = announceOnHost(spec);
       }
     }
 
@@ -212,8 +205,7 @@ class CudaUnshard final : public PendingUnshard {
         try {
           collective_ = backend->allGatherBytesAsync(send, recv);  // on the current (gather) stream
         } catch (const std::exception& e) {
-          throwCollectiveFailure(context, n, layout.packedBytes(), backendName_, req.rank,
-                                 req.world, e);
+          raiseCollectiveFailure(gatherSpec(context, n, layout.packedBytes()), e, backendName_);
         }
       }
       copyOut(layout, recv, fulls_, context);
@@ -268,7 +260,7 @@ class CudaUnshard final : public PendingUnshard {
       try {
         collective_ = backend->allGatherBytesGroupedAsync(inputs, outputs);  // on this stream
       } catch (const std::exception& e) {
-        throwCollectiveFailure(context, n, bytesPerRank_, backendName_, req.rank, req.world, e);
+        raiseCollectiveFailure(gatherSpec(context, n, bytesPerRank_), e, backendName_);
       }
     }
     // The shards read directly belong to the caller's stream and were recorded on this one;

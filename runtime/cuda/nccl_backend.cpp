@@ -585,7 +585,7 @@ std::unique_ptr<CollectiveBackend> makeNcclBackend(const c10::intrusive_ptr<c10d
 
 }  // namespace
 
-std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendGroup& group,
+std::unique_ptr<CollectiveBackend> createNcclBackend(const BackendRendezvous& group,
                                                      const c10::Device& tensors,
                                                      const std::string& context) {
   // First thing of every creation attempt, on every rank, whatever fails below: the n-th

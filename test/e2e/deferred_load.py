@@ -1,5 +1,5 @@
 # fsdp-opt -o reads parameters from the input archive only as each rank's rows are written
-# (include/fsdp_opt/deferred_load.h; docs/design.md, "Writing rank files without holding the
+# (include/fsdp_opt/passes/deferred_load.h; docs/design.md, "Writing rank files without holding the
 # model"), and the rank files are the same as if it had loaded the model whole: every rank file
 # holds exactly its zero-padded shards, bitwise (check_rank_files), and fsdp-run's ranks return
 # exactly the original model's outputs (SPEC section 8). The models have parameters large enough (>= 64 KiB) to be deferred,

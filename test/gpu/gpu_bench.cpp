@@ -37,7 +37,7 @@
 
 #include "collective_backend.h"
 #include "cuda/cuda_data_path.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "shard_layout.h"
 
 namespace {

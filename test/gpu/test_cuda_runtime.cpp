@@ -51,7 +51,7 @@
 
 #include "collective_backend.h"
 #include "cuda/cuda_data_path.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "process_group.h"
 #include "shard_layout.h"
 #include "data_path.h"

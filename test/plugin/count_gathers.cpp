@@ -6,7 +6,7 @@
 // fsdp_opt::loadPassPlugin (fsdp-opt's --load-pass-plugin, fsdp_opt.load_plugin in Python, or a
 // C++ program) calls the exported fsdp_opt_register_passes below once, with the registry that
 // libfsdp_passes.so holds.
-#include <fsdp_opt/pass_manager.h>
+#include <fsdp_opt/passes/pass_manager.h>
 
 #include <torch/csrc/jit/api/function_impl.h>
 #include <torch/csrc/jit/ir/ir.h>

@@ -1,7 +1,7 @@
 // The pipeline's options and module-path patterns: what the command line, Python and C++
-// programs all parse through (include/fsdp_opt/options.h, pattern.h).
-#include <fsdp_opt/options.h>
-#include <fsdp_opt/pattern.h>
+// programs all parse through (include/fsdp_opt/passes/options.h, pattern.h).
+#include <fsdp_opt/passes/options.h>
+#include <fsdp_opt/passes/pattern.h>
 
 #include <gtest/gtest.h>
 

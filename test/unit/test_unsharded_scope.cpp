@@ -6,8 +6,8 @@
 // or through a moved-to guard) reshards, that a subset scope leaves the other units to the calls,
 // and that a unit name the module lacks is refused before anything is gathered.
 #include <fsdp_opt/fsdp_opt.h>
-#include <fsdp_opt/runtime.h>
-#include <fsdp_opt/unsharded_scope.h>
+#include <fsdp_opt/runtime/runtime.h>
+#include <fsdp_opt/runtime/unsharded_scope.h>
 
 #include <gtest/gtest.h>
 #include <torch/script.h>

@@ -1,12 +1,13 @@
 // fsdp-opt: the `opt` of fsdp-opt. Parses flags, builds the pipeline, runs it, writes the output,
 // and maps the outcome to an exit code (0 ok, 1 bad input or failed pass, 2 bad usage).
-#include <fsdp_opt/deferred_load.h>
-#include <fsdp_opt/diagnostics.h>
+#include <fsdp_opt/passes/deferred_load.h>
+#include <fsdp_opt/passes/diagnostics.h>
 #include <fsdp_opt/fsdp_opt.h>
-#include <fsdp_opt/output.h>
-#include <fsdp_opt/pass_manager.h>
-#include <fsdp_opt/passes.h>
-#include <fsdp_opt/pattern.h>
+#include <fsdp_opt/runtime/runtime.h>
+#include <fsdp_opt/passes/output.h>
+#include <fsdp_opt/passes/pass_manager.h>
+#include <fsdp_opt/passes/passes.h>
+#include <fsdp_opt/passes/pattern.h>
 
 #include <CLI/CLI.hpp>
 #include <torch/script.h>
@@ -45,10 +46,6 @@ struct Flags {
 int fail(const std::string& message) {
   std::cerr << "error: " << message << "\n";
   return 1;
-}
-
-std::string firstLine(const std::string& text) {
-  return text.substr(0, text.find('\n'));
 }
 
 std::vector<std::string> splitCommas(const std::string& text) {
@@ -117,9 +114,12 @@ int run(const Flags& flags) {
     try {
       return inputSha256.get();
     } catch (const std::exception& e) {
-      error = e.what();
+      error = fsdp_opt::runtime::oneLineMessage(e);
       return std::string();
     }
+  };
+  auto cannotLoad = [&](const std::string& why) {
+    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + why);
   };
   torch::jit::Module module;
   // Parameters stay on disk until the writer cuts each rank's rows (deferred_load.h).
@@ -139,8 +139,7 @@ int run(const Flags& flags) {
   } catch (const std::exception& e) {
     std::string hashError;
     hashOrError(hashError);
-    return fail("cannot load '" + flags.input + "' as a TorchScript module: " +
-                firstLine(hashError.empty() ? e.what() : hashError));
+    return cannotLoad(hashError.empty() ? fsdp_opt::runtime::oneLineMessage(e) : hashError);
   }
 
   PipelineHooks hooks;
@@ -162,7 +161,7 @@ int run(const Flags& flags) {
   }
   std::string hashError;
   std::string inputHash = hashOrError(hashError);
-  if (!hashError.empty()) return fail("cannot load '" + flags.input + "' as a TorchScript module: " + firstLine(hashError));
+  if (!hashError.empty()) return cannotLoad(hashError);
   if (!result.ok) return 1;
 
   if (!flags.method.empty() && !result.module.find_method(flags.method)) {
@@ -179,7 +178,7 @@ int run(const Flags& flags) {
     try {
       writeOutput(result, options, flags.output, {flags.input, inputHash, parameterBytes});
     } catch (const std::exception& e) {
-      return fail("cannot write '" + flags.output + "': " + firstLine(e.what()));
+      return fail("cannot write '" + flags.output + "': " + fsdp_opt::runtime::oneLineMessage(e));
     }
   }
   return 0;
@@ -223,7 +222,7 @@ int main(int argc, char** argv) {
   try {
     return run(flags);
   } catch (const std::exception& e) {
-    std::cerr << "error: " << firstLine(e.what()) << "\n";
+    std::cerr << "error: " << fsdp_opt::runtime::oneLineMessage(e) << "\n";
     return 1;
   }
 }

@@ -29,8 +29,8 @@
 
 #include <nlohmann/json.hpp>
 
-#include "fsdp_opt/output_names.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/format.h"
+#include "fsdp_opt/runtime/runtime.h"
 #include "run_torch.h"
 #include "worker_files.h"
 
@@ -123,8 +123,7 @@ int resolve(const Options& o, Job* job) {
     try {
       job->timeoutS = fsdp_opt::runtime::defaultTimeout().count() / 1000.0;
     } catch (const std::exception& e) {
-      std::string msg = e.what();
-      return usageError(msg.substr(0, msg.find('\n')));
+      return usageError(fsdp_opt::runtime::oneLineMessage(e));
     }
   }
   if (!o.inputs.empty()) {

@@ -14,56 +14,11 @@
 #include <torch/csrc/jit/serialization/pickle.h>
 #include <torch/script.h>
 
-#include "fsdp_opt/compare.h"
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/compare.h"
+#include "fsdp_opt/runtime/runtime.h"
 
 namespace fsdp_run {
 namespace {
-
-// ---- messages --------------------------------------------------------------------------------
-
-std::string trim(const std::string& s) {
-  const auto b = s.find_first_not_of(" \t\r\n");
-  if (b == std::string::npos) return {};
-  const auto e = s.find_last_not_of(" \t\r\n");
-  return s.substr(b, e - b + 1);
-}
-
-bool endsWith(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() &&
-         s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
-// Reduces an exception text to one line. TorchScript wraps an op's error in a traceback that
-// ends with "RuntimeError: <message>"; c10::Error texts may carry a C++ backtrace.
-std::string oneLine(const std::string& text) {
-  std::vector<std::string> lines;
-  std::istringstream is(text);
-  for (std::string line; std::getline(is, line);) lines.push_back(line);
-  // The last "SomethingError: message" line of a TorchScript traceback carries the cause.
-  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
-    const std::string l = trim(*it);
-    const auto colon = l.find(": ");
-    if (colon == std::string::npos || colon == 0) continue;
-    const std::string head = l.substr(0, colon);
-    if (head.find(' ') == std::string::npos &&
-        (endsWith(head, "Error") || endsWith(head, "Exception"))) {
-      return trim(l.substr(colon + 2));
-    }
-  }
-  for (const std::string& l : lines) {
-    const std::string t = trim(l);
-    if (!t.empty() && t.rfind("Exception raised from", 0) != 0) return t;
-  }
-  return "unknown error";
-}
-
-std::string describe(const std::exception& e) {
-  if (const auto* ce = dynamic_cast<const c10::Error*>(&e)) {
-    return oneLine(ce->what_without_backtrace());
-  }
-  return oneLine(e.what());
-}
 
 // ---- files -----------------------------------------------------------------------------------
 
@@ -121,7 +76,7 @@ std::vector<c10::IValue> deepcopy(const std::vector<c10::IValue>& args) {
 int workerMain(const WorkerArgs& args) {
   using fsdp_opt::runtime::ErrorKind;
   auto fail = [&](int code, ErrorKind kind, const std::string& msg) {
-    writeWorkerError(errorFile(args.outDir, args.rank), WorkerError{kind, oneLine(msg)});
+    writeWorkerError(errorFile(args.outDir, args.rank), WorkerError{kind, fsdp_opt::runtime::oneLineMessage(msg)});
     return code;
   };
 
@@ -130,7 +85,7 @@ int workerMain(const WorkerArgs& args) {
     module = torch::jit::load(args.modelPath);
   } catch (const std::exception& e) {
     return fail(kWorkerBadInput, ErrorKind::kBadInput,
-                "cannot load " + args.modelPath + ": " + describe(e));
+                "cannot load " + args.modelPath + ": " + fsdp_opt::runtime::oneLineMessage(e));
   }
   auto method = module.find_method(args.method);
   if (!method) {
@@ -143,7 +98,7 @@ int workerMain(const WorkerArgs& args) {
       inputs = argsFrom(loadPickle(args.inputsPath), args.inputsPath);
     } catch (const std::exception& e) {
       return fail(kWorkerBadInput, ErrorKind::kBadInput,
-                  "cannot read inputs " + args.inputsPath + ": " + describe(e));
+                  "cannot read inputs " + args.inputsPath + ": " + fsdp_opt::runtime::oneLineMessage(e));
     }
   }
 
@@ -155,7 +110,7 @@ int workerMain(const WorkerArgs& args) {
   } catch (const std::exception& e) {
     return fail(kWorkerBadInput, ErrorKind::kBadInput,
                 "inputs " + (args.inputsPath.empty() ? std::string("(none)") : args.inputsPath) +
-                    " do not fit " + args.method + "(): " + describe(e));
+                    " do not fit " + args.method + "(): " + fsdp_opt::runtime::oneLineMessage(e));
   }
 
   fsdp_opt::runtime::resetStats();
@@ -166,7 +121,7 @@ int workerMain(const WorkerArgs& args) {
     try {
       out = (*method)(deepcopy(inputs));
     } catch (const std::exception& e) {
-      std::string msg = describe(e);
+      std::string msg = fsdp_opt::runtime::oneLineMessage(e);
       if (args.repeat > 1) msg = "run " + std::to_string(rep + 1) + " of " +
                                  std::to_string(args.repeat) + ": " + msg;
       // TorchScript cannot catch, so the last fsdp:: op either raised this or succeeded.
@@ -189,7 +144,7 @@ int workerMain(const WorkerArgs& args) {
     }
   } catch (const std::exception& e) {
     return fail(kWorkerFailed, ErrorKind::kInternal,
-                "cannot serialize the outputs: " + describe(e));
+                "cannot serialize the outputs: " + fsdp_opt::runtime::oneLineMessage(e));
   }
   std::ostringstream stats;
   for (const auto& kv : fsdp_opt::runtime::stats().items()) {
@@ -217,7 +172,7 @@ std::string Checker::loadInputs(const std::string& path) {
   try {
     impl_->inputs = argsFrom(loadPickle(path), path);
   } catch (const std::exception& e) {
-    return "cannot read inputs " + path + ": " + describe(e);
+    return "cannot read inputs " + path + ": " + fsdp_opt::runtime::oneLineMessage(e);
   }
   return {};
 }
@@ -227,14 +182,14 @@ std::string Checker::runOriginal(const std::string& path, const std::string& met
   try {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
-    return "cannot load " + path + ": " + describe(e);
+    return "cannot load " + path + ": " + fsdp_opt::runtime::oneLineMessage(e);
   }
   auto m = module.find_method(method);
   if (!m) return path + " has no method '" + method + "'";
   try {
     impl_->reference = (*m)(deepcopy(impl_->inputs));
   } catch (const std::exception& e) {
-    return "running " + path + " failed: " + describe(e);
+    return "running " + path + " failed: " + fsdp_opt::runtime::oneLineMessage(e);
   }
   return {};
 }
@@ -243,7 +198,7 @@ std::string Checker::saveOriginal(const std::string& path) const {
   try {
     if (!writeBytes(path, torch::jit::pickle_save(impl_->reference))) return "cannot write " + path;
   } catch (const std::exception& e) {
-    return "cannot serialize the original's outputs: " + describe(e);
+    return "cannot serialize the original's outputs: " + fsdp_opt::runtime::oneLineMessage(e);
   }
   return {};
 }
@@ -253,7 +208,7 @@ std::string Checker::compare(const std::string& rankOutputFile, std::string* dif
   try {
     got = loadPickle(rankOutputFile);
   } catch (const std::exception& e) {
-    return "cannot read " + rankOutputFile + ": " + describe(e);
+    return "cannot read " + rankOutputFile + ": " + fsdp_opt::runtime::oneLineMessage(e);
   }
   auto d = fsdp_opt::bitwiseDifference(got, impl_->reference);
   *diff = d ? *d : std::string();
@@ -264,7 +219,7 @@ std::string Checker::summarize(const std::string& file) {
   try {
     return fsdp_opt::summarizeValue(loadPickle(file));
   } catch (const std::exception& e) {
-    return "<unreadable: " + describe(e) + ">";
+    return "<unreadable: " + fsdp_opt::runtime::oneLineMessage(e) + ">";
   }
 }
 

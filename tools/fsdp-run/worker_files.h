@@ -5,7 +5,7 @@
 #include <optional>
 #include <string>
 
-#include "fsdp_opt/runtime.h"
+#include "fsdp_opt/runtime/runtime.h"
 
 namespace fsdp_run {
 

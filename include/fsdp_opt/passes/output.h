@@ -1,0 +1,62 @@
+// Files on disk (SPEC section 6): the manifest, per-rank shard files, the single-file output.
+// Every writer writes to a temporary name beside the target and renames it into place, so a
+// failure leaves no partial output. Failures throw std::runtime_error with a one-line message.
+#pragma once
+
+#include <fsdp_opt/format.h>
+#include <fsdp_opt/passes/plan.h>
+
+#include <torch/csrc/jit/api/module.h>
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+namespace fsdp_opt {
+
+constexpr int kManifestFormatVersion = 1;
+
+std::string sha256Hex(const std::string& bytes);
+std::string sha256OfFile(const std::string& path);
+
+struct ManifestInput {
+  std::string inputPath;
+  std::string inputSha256;
+  Mesh mesh;
+};
+
+// The manifest as the exact JSON text written to manifest.json; rank files carry its sha256.
+std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan,
+                          const ManifestInput& input);
+
+class ParameterBytes;  // deferred_load.h
+
+// Rank r's shard of a parameter: rows [r*c, min((r+1)*c, N)) zero-padded to c = ceil(N/W) rows.
+// With `bytes`, a parameter loaded unread has its rows read from the archive.
+at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize,
+                     const ParameterBytes* bytes = nullptr);
+
+// The function of a parameter that gives its full tensor (to cut the shard from).
+using FullTensorOf = std::function<const at::Tensor&(const GroupParam&)>;
+
+// Makes `module` rank `rank`'s module of `mesh`, in place: every slot of every unit parameter
+// holds the rank's shard (makeShard of `fullOf(param)`, param.tensor when not given; with
+// `bytes`, of the rows read from the archive), and the root's rank attributes (an HSDP file's
+// shard group size too) name the rank. The writer saves each rank's in turn; shardForRank
+// keeps one in memory.
+void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh, int64_t rank,
+                    const FullTensorOf& fullOf = nullptr, const ParameterBytes* bytes = nullptr);
+
+// world size 1: one TorchScript archive at `path`, parameters whole.
+void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
+                     const std::string& path, ParameterBytes* bytes = nullptr);
+
+// world size W > 1: DIR/rank{r}.pt holding only rank r's shards (shard r % S of the mesh), and
+// DIR/manifest.json. Rank files are written one after another; with `bytes`, each reads only its
+// rows of the parameters loaded unread, so the whole input is read once over all ranks (an HSDP
+// mesh reads each shard's rows once per replica).
+void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
+                           const std::string& manifestText, const std::string& dir,
+                           ParameterBytes* bytes = nullptr);
+
+}  // namespace fsdp_opt
