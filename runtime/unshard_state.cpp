@@ -226,21 +226,23 @@ void attachAlias(GatheredParam& g, const at::Tensor& alias) {
 // distinct unshard events (collectives) whose storage this frees.
 void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
   std::unordered_set<uint64_t> events;
+  int64_t freed = 0;
   for (const auto& g : groups) {
     swapBackToShards(*g);
     for (const at::Tensor& p : g->params) reg.byImpl.erase(p.unsafeGetTensorImpl());
     reg.byShard.erase(g->key);
-    updateStats([&](Stats& st) { st.unsharded_bytes -= g->fullBytes; });
+    freed += g->fullBytes;
     g->refcount = 0;
     events.insert(g->gatherId);
   }
   // An unshard is undone when the last of its groups goes: backward lets a unit's parameters
   // go one by one (training.cpp), and that is still one reshard of one all-gather.
   for (const auto& entry : reg.byShard) events.erase(entry.second->gatherId);
-  updateStats([&](Stats& st) { st.reshards += static_cast<int64_t>(events.size()); });
+  updateStats([&](Stats& st) {
+    st.unsharded_bytes -= freed;
+    st.reshards += static_cast<int64_t>(events.size());
+  });
 }
-
-
 
 
 // ---- classify -------------------------------------------------------------------------------

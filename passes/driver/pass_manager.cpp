@@ -154,15 +154,13 @@ std::string withoutSourceComments(const std::string& text) {
 
 std::string printModuleIR(const torch::jit::Module& module, const std::string& method) {
   std::ostringstream out;
-  for (const auto& [type, path] : distinctModuleTypes(module)) {
-    for (torch::jit::Function* function : type->methods()) {
-      if (!method.empty() && function->name() != method) continue;
-      out << "// " << displayPath(path) << " : " << type->name()->qualifiedName()
-          << " :: " << function->name() << "\n";
-      out << withoutSourceComments(graphOf(function)->toString(/*print_source_locations=*/false))
-          << "\n";
-    }
-  }
+  forEachMethod(module, MethodScope::kEveryType, [&](const VisitedMethod& m) {
+    if (!method.empty() && m.function->name() != method) return 0;
+    out << "// " << displayPath(m.modulePath) << " : " << m.type->name()->qualifiedName()
+        << " :: " << m.function->name() << "\n";
+    out << withoutSourceComments(m.graph->toString(/*print_source_locations=*/false)) << "\n";
+    return 0;
+  });
   return out.str();
 }
 

@@ -70,13 +70,15 @@ std::vector<std::pair<c10::ClassTypePtr, std::string>> distinctModuleTypes(
 
 int forEachMethod(const torch::jit::Module& root, MethodScope scope,
                   const std::function<int(const VisitedMethod&)>& visit) {
+  const auto types = scope == MethodScope::kRootMethods
+                         ? std::vector<std::pair<c10::ClassTypePtr, std::string>>{{root.type(), ""}}
+                         : distinctModuleTypes(root);
   int total = 0;
-  for (const auto& [type, path] : distinctModuleTypes(root)) {
+  for (const auto& [type, path] : types) {
     for (torch::jit::Function* function : type->methods()) {
       total += visit(VisitedMethod{type, path, function, graphOf(function),
                                    type->name()->qualifiedName() + "::" + function->name()});
     }
-    if (scope == MethodScope::kRootMethods) break;  // the root comes first in pre-order
   }
   return total;
 }

@@ -81,6 +81,32 @@ void returnFreedMemory() {
 #endif
 }
 
+// Points every slot of `param` (each name a tied parameter has) at `value`: one tensor, so the
+// pickler stores it once and the tie survives.
+void setSlots(const ModuleIndex& index, const GroupParam& param, const at::Tensor& value) {
+  for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, value);
+}
+
+// The root's attributes that say which rank of `mesh` this module is (check_rank reads them).
+void setRankAttributes(torch::jit::Module& module, const Mesh& mesh, int64_t rank) {
+  module.setattr(kRankAttr, rank);
+  module.setattr(kWorldSizeAttr, mesh.worldSize);
+  // An HSDP file's shard group size, beside its rank (wrap-entry-methods added the attribute).
+  if (module.hasattr(kShardGroupSizeAttr)) module.setattr(kShardGroupSizeAttr, mesh.shardGroupSize);
+}
+
+// makeRankModule with the module's index built once by a caller that makes several ranks.
+void makeRankModuleIndexed(torch::jit::Module& module, const ModuleIndex& index, const FsdpPlan& plan,
+                           const Mesh& mesh, int64_t rank, const FullTensorOf& fullOf, const ParameterBytes* bytes) {
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) {
+      const at::Tensor& full = fullOf ? fullOf(param) : param.tensor;
+      setSlots(index, param, makeShard(full, mesh.shardOf(rank), mesh.shardGroupSize, bytes));
+    }
+  }
+  setRankAttributes(module, mesh, rank);
+}
+
 }  // namespace
 
 at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, const ParameterBytes* bytes) {
@@ -113,18 +139,7 @@ at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, co
 
 void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh, int64_t rank,
                     const FullTensorOf& fullOf, const ParameterBytes* bytes) {
-  ModuleIndex index(module);
-  for (const auto& unit : plan.units) {
-    for (const auto& param : unit.params) {
-      const at::Tensor& full = fullOf ? fullOf(param) : param.tensor;
-      at::Tensor shard = makeShard(full, mesh.shardOf(rank), mesh.shardGroupSize, bytes);
-      for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, shard);
-    }
-  }
-  module.setattr(kRankAttr, rank);
-  module.setattr(kWorldSizeAttr, mesh.worldSize);
-  // An HSDP file's shard group size, beside its rank (wrap-entry-methods added the attribute).
-  if (module.hasattr(kShardGroupSizeAttr)) module.setattr(kShardGroupSizeAttr, mesh.shardGroupSize);
+  makeRankModuleIndexed(module, ModuleIndex(module), plan, mesh, rank, fullOf, bytes);
 }
 
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
@@ -133,8 +148,7 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
   if (fs::is_directory(target)) throw std::runtime_error("output '" + path + "' is a directory; with --world-size=1 -o names a .pt file");
   fs::path temporary = temporarySibling(target, /*directory=*/false);
   try {
-    module.setattr(kRankAttr, 0);
-    module.setattr(kWorldSizeAttr, 1);
+    setRankAttributes(module, Mesh{1, 1}, 0);
     module.setattr(kManifestHashAttr, manifestSha256);
     materializeReachable(module, bytes);
     module.save(temporary.string());
@@ -162,17 +176,14 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
   std::string manifestSha256 = sha256Hex(manifestText);
   ModuleIndex index(module);
   fs::path temporary = temporarySibling(target, /*directory=*/true);
-  auto setSlots = [&](const GroupParam& param, const at::Tensor& value) {
-    for (const auto& slot : param.slots) index.find(slot.ownerPath)->_ivalue()->setAttr(slot.name, value);
-  };
   auto restoreSlots = [&] {
     for (const auto& unit : plan.units) {
-      for (const auto& param : unit.params) setSlots(param, param.tensor);
+      for (const auto& param : unit.params) setSlots(index, param, param.tensor);
     }
   };
   try {
     for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
-      makeRankModule(module, plan, mesh, rank, nullptr, bytes);
+      makeRankModuleIndexed(module, index, plan, mesh, rank, nullptr, bytes);
       module.setattr(kManifestHashAttr, manifestSha256);
       materializeReachable(module, bytes);
       module.save((temporary / rankFileName(rank)).string());
