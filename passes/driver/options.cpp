@@ -1,5 +1,7 @@
 // The one parser of pipeline options: fsdp-opt's flags, the Python keywords (which arrive as
-// "--name=value" items) and C++ programs all end here.
+// "--name=value" items) and C++ programs all end here. A setter says only what is wrong with a
+// value ("must be at least 1, got 0"); applyOption puts the option's name in front, spelled as
+// the caller spells it (a flag or a Python keyword), so each text is written once.
 #include <fsdp_opt/passes/options.h>
 
 #include <cctype>
@@ -25,84 +27,84 @@ struct OptionEntry {
 
 std::string quoted(const std::string& text) { return "'" + text + "'"; }
 
-// A count of ranks (--world-size, --shard-group-size): "" and `out` set, or the flag's error.
-std::string parseRankCount(const char* flag, const std::string& text, int64_t& out) {
+// A count of ranks (--world-size, --shard-group-size): "" and `out` set, or what is wrong.
+std::string parseRankCount(const std::string& text, int64_t& out) {
   int64_t n = 0;
-  if (!parseInt(text, n)) return std::string("--") + flag + " expects an integer, got " + quoted(text);
-  if (n < 1) return std::string("--") + flag + " must be at least 1, got " + text;
+  if (!parseInt(text, n)) return "expects an integer, got " + quoted(text);
+  if (n < 1) return "must be at least 1, got " + text;
   out = n;
   return "";
 }
 
 const std::vector<OptionEntry>& optionEntries() {
   static const std::vector<OptionEntry> entries = {
-      {{"fsdp-unit", "PATTERN",
+      {{"fsdp-unit", "units", "PATTERN",
         "designate FSDP units by module path (`*` one component, `**` any depth, `.` the root)", true},
        [](PipelineOptions& o, const std::string& v) -> std::string {
-         if (v.empty()) return "--fsdp-unit expects a module-path PATTERN, got ''";
+         if (v.empty()) return "expects a module-path PATTERN, got ''";
          o.unitPatterns.push_back(v);
          return "";
        }},
-      {{"fsdp-unit-type", "NAME",
+      {{"fsdp-unit-type", "unit_types", "NAME",
         "every instance of this module class is a unit (TorchScript qualified name or its last "
         "component, e.g. Block)", true},
        [](PipelineOptions& o, const std::string& v) -> std::string {
-         if (v.empty()) return "--fsdp-unit-type expects a module class NAME, got ''";
+         if (v.empty()) return "expects a module class NAME, got ''";
          o.unitTypes.push_back(v);
          return "";
        }},
-      {{"fsdp-min-unit-params", "N",
+      {{"fsdp-min-unit-params", "min_unit_params", "N",
         "units by size (FSDP1's size_based_auto_wrap_policy): each module with N or more parameter "
         "elements outside nested units, and the root", false},
        [](PipelineOptions& o, const std::string& v) -> std::string {
          int64_t n = 0;
          if (!parseInt(v, n) || n < 1) {
-           return "--fsdp-min-unit-params expects a number of parameter elements >= 1, got " + quoted(v);
+           return "expects a number of parameter elements >= 1, got " + quoted(v);
          }
          o.minUnitParams = n;
          return "";
        }},
-      {{"forward-method", "PATTERN:METHOD", "register a forward method of the units PATTERN matches", true},
+      {{"forward-method", "forward_methods", "PATTERN:METHOD", "register a forward method of the units PATTERN matches", true},
        [](PipelineOptions& o, const std::string& v) -> std::string {
          ForwardMethodSpec spec;
-         if (!parseForwardMethodSpec(v, spec)) return "--forward-method expects PATTERN:METHOD, got " + quoted(v);
+         if (!parseForwardMethodSpec(v, spec)) return "expects PATTERN:METHOD, got " + quoted(v);
          o.forwardMethodSpecs.push_back(spec);
          return "";
        }},
-      {{"world-size", "N", "shard for N ranks (default 1)", false},
-       [](PipelineOptions& o, const std::string& v) { return parseRankCount("world-size", v, o.worldSize); }},
-      {{"shard-group-size", "S",
+      {{"world-size", "world_size", "N", "shard for N ranks (default 1)", false},
+       [](PipelineOptions& o, const std::string& v) { return parseRankCount(v, o.worldSize); }},
+      {{"shard-group-size", "shard_group_size", "S",
         "hybrid sharding: shard units over groups of S consecutive ranks, replicate across groups (default: W)",
         false},
        [](PipelineOptions& o, const std::string& v) {
          int64_t n = 0;
-         std::string error = parseRankCount("shard-group-size", v, n);
+         std::string error = parseRankCount(v, n);
          if (error.empty()) o.shardGroupSize = n;
          return error;
        }},
-      {{"max-unsharded-bytes", "SIZE",
+      {{"max-unsharded-bytes", "max_unsharded_bytes", "SIZE",
         "bound on the peak of unsharded parameter bytes (e.g. 512MiB; default: none)", false},
        [](PipelineOptions& o, const std::string& v) -> std::string {
          int64_t bytes = 0;
          if (!parseByteSize(v, bytes)) {
-           return "--max-unsharded-bytes expects a size like 4096, 64KiB or 512MiB, got " + quoted(v);
+           return "expects a size like 4096, 64KiB or 512MiB, got " + quoted(v);
          }
          o.maxUnshardedBytes = bytes;
          return "";
        }},
-      {{"bucket-bytes", "SIZE",
+      {{"bucket-bytes", "bucket_bytes", "SIZE",
         "merge adjacent gathers into one collective up to this size (default 25MiB; 0 turns it off)", false},
        [](PipelineOptions& o, const std::string& v) -> std::string {
          if (!parseByteSize(v, o.bucketBytes)) {
-           return "--bucket-bytes expects a size like 0, 64KiB or 25MiB, got " + quoted(v);
+           return "expects a size like 0, 64KiB or 25MiB, got " + quoted(v);
          }
          return "";
        }},
-      {{"param-dtype", "DTYPE",
+      {{"param-dtype", "param_dtype", "DTYPE",
         "gather unit parameters in this dtype (bf16, fp16 or fp32); shards keep their own", false},
        [](PipelineOptions& o, const std::string& v) -> std::string {
          c10::ScalarType dtype;
-         if (!parseParamDtype(v, dtype)) return "--param-dtype expects bf16, fp16 or fp32, got " + quoted(v);
+         if (!parseParamDtype(v, dtype)) return "expects bf16, fp16 or fp32, got " + quoted(v);
          o.paramDtype = dtype;
          return "";
        }},
@@ -121,29 +123,42 @@ const std::vector<OptionInfo>& pipelineOptions() {
   return infos;
 }
 
-std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value) {
+std::string spelledOption(const std::string& name, OptionSpelling spelling) {
+  if (spelling == OptionSpelling::kKeyword) {
+    for (const auto& entry : optionEntries()) {
+      if (name == entry.info.name) return entry.info.keyword;
+    }
+  }
+  return "--" + name;
+}
+
+std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value,
+                        OptionSpelling spelling) {
   for (const auto& entry : optionEntries()) {
-    if (name == entry.info.name) return entry.set(options, value);
+    if (name != entry.info.name) continue;
+    std::string complaint = entry.set(options, value);
+    return complaint.empty() ? "" : spelledOption(name, spelling) + " " + complaint;
   }
   return "unknown option '--" + name + "'";
 }
 
-std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items) {
+std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items, OptionSpelling spelling) {
   for (const auto& item : items) {
     size_t equals = item.find('=');
     if (item.rfind("--", 0) != 0 || equals == std::string::npos) {
       return "expected an option spelled --name=value, got " + quoted(item);
     }
-    std::string error = applyOption(options, item.substr(2, equals - 2), item.substr(equals + 1));
+    std::string error = applyOption(options, item.substr(2, equals - 2), item.substr(equals + 1), spelling);
     if (!error.empty()) return error;
   }
-  return checkOptions(options);
+  return checkOptions(options, spelling);
 }
 
-std::string checkOptions(const PipelineOptions& options) {
+std::string checkOptions(const PipelineOptions& options, OptionSpelling spelling) {
   if (options.shardGroupSize && options.worldSize % *options.shardGroupSize != 0) {
-    return "--shard-group-size=" + std::to_string(*options.shardGroupSize) + " does not divide --world-size=" +
-           std::to_string(options.worldSize) + " (W ranks form W / S shard groups of S ranks)";
+    return spelledOption("shard-group-size", spelling) + "=" + std::to_string(*options.shardGroupSize) +
+           " does not divide " + spelledOption("world-size", spelling) + "=" + std::to_string(options.worldSize) +
+           " (W ranks form W / S shard groups of S ranks)";
   }
   return "";
 }

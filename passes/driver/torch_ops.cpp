@@ -12,12 +12,18 @@
 namespace fsdp_opt {
 namespace {
 
-// Python passes its keywords as "--name=value" items, parsed as the command line's flags are.
+// Python passes its keywords as "--name=value" items, parsed as the command line's flags are;
+// an error names the keyword. python/ checks them first with check_options, to raise ValueError.
 PipelineOptions optionsFrom(const std::vector<std::string>& items) {
   PipelineOptions options;
-  std::string error = applyOptions(options, items);
+  std::string error = applyOptions(options, items, OptionSpelling::kKeyword);
   TORCH_CHECK(error.empty(), error);
   return options;
+}
+
+std::string checkOptionsOp(std::vector<std::string> items) {
+  PipelineOptions options;
+  return applyOptions(options, items, OptionSpelling::kKeyword);
 }
 
 torch::jit::Module moduleFrom(const c10::IValue& value) {
@@ -122,6 +128,8 @@ TORCH_LIBRARY(fsdp_opt, m) {
         "-> (Any, (str, str, str)[], (str, str)[])",
         transformOp);
   m.def("save(Any module, str[] options, str output, str[] passes) -> ((str, str, str)[], (str, str)[])", saveOp);
+  // "" or the first error of those items, naming the option by its Python keyword.
+  m.def("check_options(str[] options) -> str", checkOptionsOp);
   m.def("list_passes() -> str[]", listPassesOp);
   m.def("default_pipeline() -> str[]", defaultPipelineOp);
   m.def("load_plugin(str path) -> ()", loadPluginOp);

@@ -60,47 +60,46 @@ def _forward_method_specs(forward_methods: Optional[Iterable[ForwardMethod]]) ->
     return specs
 
 
-def _size(value, what: str) -> int:
-    if value is None:
-        return -1
-    if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-        raise ValueError("%s must be a non-negative int (bytes) or None, got %r" % (what, value))
-    return value
-
-
-def _positive(value, what: str) -> Optional[int]:
-    if value is None:
-        return None
-    if not isinstance(value, int) or isinstance(value, bool) or value < 1:
-        raise ValueError("%s must be an int >= 1 or None, got %r" % (what, value))
-    return value
+def _integer(value, what: str) -> None:
+    if not isinstance(value, int) or isinstance(value, bool):
+        raise TypeError("%s must be an int, got %r" % (what, value))
 
 
 def _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
              max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size=None) -> List[str]:
-    """The keywords as fsdp-opt's flags ("--name=value"): the libraries parse them as the
-    command line's, so values and error texts are the same."""
+    """The keywords as fsdp-opt's flags ("--name=value"). Python checks only their types; the
+    libraries parse the values as the command line's (include/fsdp_opt/passes/options.h), and
+    a value they refuse is a ValueError with their text, naming the keyword."""
     if not _is_script_module(script_module):
         raise TypeError("expected a ScriptModule (torch.jit.script(model) or torch.jit.load(path)), got %s"
                         % type(script_module).__name__)
-    if not isinstance(world_size, int) or isinstance(world_size, bool) or world_size < 1:
-        raise ValueError("world_size must be an int >= 1, got %r" % (world_size,))
+    _integer(world_size, "world_size")
     recorded_units, recorded_methods = _recorded(script_module)
     options = ["--fsdp-unit=" + u for u in _strings(units, "units") + recorded_units]
     options += ["--fsdp-unit-type=" + t for t in _strings(unit_types, "unit_types")]
-    min_params = _positive(min_unit_params, "min_unit_params")
-    if min_params is not None:
-        options.append("--fsdp-min-unit-params=%d" % min_params)
     options += ["--forward-method=" + m for m in _forward_method_specs(forward_methods) + recorded_methods]
     options.append("--world-size=%d" % world_size)
-    if _positive(shard_group_size, "shard_group_size") is not None:
-        options.append("--shard-group-size=%d" % shard_group_size)
+    for flag, value, what in (("--fsdp-min-unit-params", min_unit_params, "min_unit_params"),
+                              ("--shard-group-size", shard_group_size, "shard_group_size")):
+        if value is not None:
+            _integer(value, what)
+            options.append("%s=%d" % (flag, value))
     for flag, value, what in (("--max-unsharded-bytes", max_unsharded_bytes, "max_unsharded_bytes"),
                               ("--bucket-bytes", bucket_bytes, "bucket_bytes")):
-        if _size(value, what) >= 0:
-            options.append("%s=%d" % (flag, value))
+        if value is None:
+            continue
+        if isinstance(value, bool) or not isinstance(value, (int, str)):
+            raise TypeError("%s must be an int (bytes), a size such as '512MiB', or None, got %r" % (what, value))
+        options.append("%s=%s" % (flag, value))
     if param_dtype is not None:
-        options.append("--param-dtype=" + (param_dtype if isinstance(param_dtype, str) else _dtype_name(param_dtype)))
+        if isinstance(param_dtype, torch.dtype):
+            param_dtype = str(param_dtype)[len("torch."):]
+        elif not isinstance(param_dtype, str):
+            raise TypeError("param_dtype must be a torch.dtype or a str such as 'bf16', got %r" % (param_dtype,))
+        options.append("--param-dtype=" + param_dtype)
+    error = torch.ops.fsdp_opt.check_options(options)
+    if error:
+        raise ValueError(error)
     return options
 
 
@@ -108,13 +107,6 @@ def _passes(passes) -> List[str]:
     if isinstance(passes, str):
         passes = [p for p in passes.split(",") if p]
     return _strings(passes, "passes")
-
-
-def _dtype_name(dtype) -> str:
-    names = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
-    if dtype not in names:
-        raise ValueError("param_dtype must be torch.bfloat16 or torch.float16, got %r" % (dtype,))
-    return names[dtype]
 
 
 def _report(found: Sequence[Tuple[str, str, str]], diagnostics: Optional[list],
@@ -136,8 +128,8 @@ def transform(script_module: torch.jit.ScriptModule,
               world_size: int = 1,
               rank: Optional[int] = None,
               passes: Optional[Union[str, Iterable[str]]] = None,
-              max_unsharded_bytes: Optional[int] = None,
-              bucket_bytes: Optional[int] = None,
+              max_unsharded_bytes: Optional[Union[int, str]] = None,
+              bucket_bytes: Optional[Union[int, str]] = None,
               param_dtype=None,
               diagnostics: Optional[list] = None,
               *,
@@ -171,7 +163,8 @@ def transform(script_module: torch.jit.ScriptModule,
                       torchrun numbers them) and replicated across the world_size / S groups;
                       None shards over all world_size ranks.
     passes:           pass names (list or "a,b,c") instead of the default pipeline.
-    max_unsharded_bytes, bucket_bytes: as the command-line flags; None is their default.
+    max_unsharded_bytes, bucket_bytes: as the command-line flags, in bytes (an int) or a
+                      size string ("512MiB", "64KB"); None is their default.
     param_dtype:      gather in this dtype (torch.bfloat16/"bf16", torch.float16/"fp16"),
                       where the libraries support it.
     diagnostics:      a list that receives the remark and warning lines. Warnings are also
@@ -179,8 +172,11 @@ def transform(script_module: torch.jit.ScriptModule,
     statistics:       a dict that receives what `fsdp-opt --stats` prints, name -> value text
                       ("units": "3", "gathers per call of forward": "3", ...).
 
-    Errors (a pattern matching no module, an unknown pass, a failed verification...) raise
-    FsdpOptError with fsdp-opt's error text."""
+    A keyword of the wrong type raises TypeError; a value the pipeline's option parser refuses
+    (world_size=0, bucket_bytes=-5, param_dtype="int8") raises ValueError with its text, the
+    command line's with the keyword's name. Errors of the pipeline (a pattern matching no
+    module, an unknown pass, a failed verification...) raise FsdpOptError with fsdp-opt's
+    error text."""
     load()
     options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
                        max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size)
@@ -207,8 +203,8 @@ def shard(script_module: torch.jit.ScriptModule,
           forward_methods: Optional[Iterable[ForwardMethod]] = None,
           world_size: int = 1,
           passes: Optional[Union[str, Iterable[str]]] = None,
-          max_unsharded_bytes: Optional[int] = None,
-          bucket_bytes: Optional[int] = None,
+          max_unsharded_bytes: Optional[Union[int, str]] = None,
+          bucket_bytes: Optional[Union[int, str]] = None,
           param_dtype=None,
           diagnostics: Optional[list] = None,
           *,

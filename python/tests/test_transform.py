@@ -54,6 +54,20 @@ def test_statistics_are_the_command_lines(fsdp_opt, gpt, tmp_path):
     assert stats["gathers per call of generate"].startswith("1"), stats
 
 
+def test_byte_sizes_take_the_command_lines_spelling(fsdp_opt, gpt):
+    # The libraries parse the values: "0" and "25MiB" mean what --bucket-bytes=0/25MiB mean.
+    model, _ = gpt
+    scripted = torch.jit.script(model)
+
+    def gathers(**keywords):
+        stats = {}
+        fsdp_opt.transform(scripted, units=["blocks.*", "."], world_size=2, statistics=stats, **keywords)
+        return stats["gathers per call of forward"]
+
+    assert gathers(bucket_bytes="0") == gathers(bucket_bytes=0) != gathers(bucket_bytes="25MiB")
+    assert gathers(bucket_bytes="25MiB") == gathers(bucket_bytes=25 << 20) == "1"
+
+
 def test_named_pipeline(fsdp_opt, gpt):
     model, x = gpt
     scripted = torch.jit.script(model)
@@ -140,14 +154,17 @@ def test_errors_raise_with_fsdp_opt_text(fsdp_opt, gpt):
     with pytest.raises(fsdp_opt.FsdpOptError, match="nope") as e:
         fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["blocks.*:nope"])
     error_text(e)
-    with pytest.raises(fsdp_opt.FsdpOptError, match="--forward-method expects PATTERN:METHOD, got 'generate'"):
+    # The keywords' values go through fsdp-opt's own option parser: the command line's error
+    # texts, naming the keyword, as ValueError.
+    with pytest.raises(ValueError, match="^forward_methods expects PATTERN:METHOD, got 'generate'$"):
         fsdp_opt.transform(scripted, units=["blocks.*"], forward_methods=["generate"])
-    # The keywords go through fsdp-opt's own option parser: the command line's error texts.
-    with pytest.raises(fsdp_opt.FsdpOptError, match=r"^--param-dtype expects bf16, fp16 or fp32, got 'int8'$"):
+    with pytest.raises(ValueError, match=r"^param_dtype expects bf16, fp16 or fp32, got 'int8'$"):
         fsdp_opt.transform(scripted, units=["blocks.*"], param_dtype="int8")
+    with pytest.raises(ValueError, match=r"^param_dtype expects bf16, fp16 or fp32, got 'int8'$"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], param_dtype=torch.int8)
     with pytest.raises(fsdp_opt.FsdpOptError, match=r"--fsdp-unit-type 'Nope' matches no module's class \(the model's classes: Block, "):
         fsdp_opt.transform(scripted, unit_types=["Nope"])
-    with pytest.raises(ValueError, match="min_unit_params must be an int >= 1 or None, got 0"):
+    with pytest.raises(ValueError, match="^min_unit_params expects a number of parameter elements >= 1, got '0'$"):
         fsdp_opt.transform(scripted, min_unit_params=0)
     with pytest.raises(TypeError, match="unit_types must be strings"):
         fsdp_opt.transform(scripted, unit_types=[3])
@@ -155,10 +172,16 @@ def test_errors_raise_with_fsdp_opt_text(fsdp_opt, gpt):
         fsdp_opt.transform(model, units=["blocks.*"])
     with pytest.raises(ValueError, match=r"rank must be None or an int in \[0, 2\)"):
         fsdp_opt.transform(scripted, units=["blocks.*"], world_size=2, rank=2)
-    with pytest.raises(ValueError, match="world_size must be an int >= 1"):
+    with pytest.raises(ValueError, match="^world_size must be at least 1, got 0$"):
         fsdp_opt.transform(scripted, units=["blocks.*"], world_size=0)
-    with pytest.raises(ValueError, match="bucket_bytes must be a non-negative int"):
+    with pytest.raises(ValueError, match="^bucket_bytes expects a size like 0, 64KiB or 25MiB, got '-5'$"):
         fsdp_opt.transform(scripted, units=["blocks.*"], bucket_bytes=-5)
+    with pytest.raises(ValueError, match=r"^shard_group_size=3 does not divide world_size=4 \(W ranks form"):
+        fsdp_opt.shard(scripted, "unused", units=["blocks.*"], world_size=4, shard_group_size=3)
+    with pytest.raises(TypeError, match="^max_unsharded_bytes must be an int"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], max_unsharded_bytes=1.5)
+    with pytest.raises(TypeError, match="^world_size must be an int, got '2'$"):
+        fsdp_opt.transform(scripted, units=["blocks.*"], world_size="2")
 
 
 def test_library_lookup_errors_name_the_places_searched(fsdp_opt, monkeypatch, tmp_path):

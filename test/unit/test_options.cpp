@@ -124,6 +124,23 @@ TEST(Options, ShardGroupSizeMustDivideTheWorldSize) {
   EXPECT_EQ(applyOption(uneven, "shard-group-size", "0"), "--shard-group-size must be at least 1, got 0");
 }
 
+TEST(Options, KeywordSpellingNamesThePythonKeyword) {
+  // The same complaint, with the name the caller wrote: Python's transform(bucket_bytes=-5).
+  PipelineOptions options;
+  EXPECT_EQ(applyOption(options, "bucket-bytes", "-5", OptionSpelling::kKeyword),
+            "bucket_bytes expects a size like 0, 64KiB or 25MiB, got '-5'");
+  EXPECT_EQ(applyOption(options, "fsdp-unit", "", OptionSpelling::kKeyword),
+            "units expects a module-path PATTERN, got ''");
+  EXPECT_EQ(applyOptions(options, {"--world-size=0"}, OptionSpelling::kKeyword), "world_size must be at least 1, got 0");
+  EXPECT_EQ(applyOptions(options, {"--world-size=4", "--shard-group-size=3"}, OptionSpelling::kKeyword),
+            "shard_group_size=3 does not divide world_size=4 (W ranks form W / S shard groups of S ranks)");
+  for (const OptionInfo& info : pipelineOptions()) {
+    std::string keyword = info.keyword;
+    EXPECT_FALSE(keyword.empty()) << info.name;
+    EXPECT_EQ(keyword.find('-'), std::string::npos) << info.name;  // a Python identifier
+  }
+}
+
 TEST(Options, EveryListedOptionIsAccepted) {
   // The table --help prints and applyOption parse agree: each listed name is known.
   for (const OptionInfo& info : pipelineOptions()) {

@@ -2,7 +2,9 @@
 //
 // Every front end parses them through applyOption, with the names the command line uses
 // (`--fsdp-unit`, `--max-unsharded-bytes`, ...): the accepted values and the error texts are
-// the same whether a flag comes from fsdp-opt's argv, from Python keywords or from a C++ program.
+// the same whether a flag comes from fsdp-opt's argv, from Python keywords or from a C++ program;
+// only the option's name in an error is spelled as the caller knows it (`--bucket-bytes` or
+// `bucket_bytes`).
 #pragma once
 
 #include <c10/core/ScalarType.h>
@@ -55,6 +57,7 @@ struct PipelineOptions {
 // One option that takes a value, as the command line spells it without the leading dashes.
 struct OptionInfo {
   const char* name;     // "fsdp-unit"
+  const char* keyword;  // the Python keyword of transform()/shard(): "units"
   const char* metavar;  // "PATTERN"
   const char* help;     // one line for --help
   bool repeatable;
@@ -63,18 +66,24 @@ struct OptionInfo {
 // The options applyOption accepts, in the order --help lists them.
 const std::vector<OptionInfo>& pipelineOptions();
 
+// How an error names the option: as a flag ("--world-size") or as a Python keyword
+// ("world_size").
+enum class OptionSpelling { kFlag, kKeyword };
+
 // Sets option `name` (one of pipelineOptions(), without dashes) from its text; a repeatable
-// option appends. Returns "" or one line naming the flag and the value ("--world-size must be
+// option appends. Returns "" or one line naming the option and the value ("--world-size must be
 // at least 1, got 0").
-std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value);
+std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value,
+                        OptionSpelling spelling = OptionSpelling::kFlag);
 
 // Items spelled "--name=value", applied in order, then checked together (checkOptions).
 // Returns "" or the first error.
-std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items);
+std::string applyOptions(PipelineOptions& options, const std::vector<std::string>& items,
+                         OptionSpelling spelling = OptionSpelling::kFlag);
 
 // What no single option can check: "" or one line ("--shard-group-size=3 does not divide
 // --world-size=4").
-std::string checkOptions(const PipelineOptions& options);
+std::string checkOptions(const PipelineOptions& options, OptionSpelling spelling = OptionSpelling::kFlag);
 
 // "bf16"/"bfloat16", "fp16"/"float16"/"half", "fp32"/"float32": the dtype; false otherwise.
 bool parseParamDtype(const std::string& text, c10::ScalarType& dtype);
