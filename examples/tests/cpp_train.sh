@@ -36,27 +36,23 @@ import json, sys
 import torch, torch.nn.functional as F
 import fsdp_harness as h
 torch.set_num_threads(1)
-model = torch.jit.load("gpt.pt")
-params = {}
-for n, p in model.named_parameters():
-    if all(p is not q for q in params.values()):
-        params[n] = p
+ref = h.MeanGradientReference("gpt.pt", world=2)  # a copy per rank: fsdp_harness.py says why
+params = ref.params
 opt = torch.optim.SGD(list(params.values()), lr=0.05, momentum=0.9, foreach=False)
 batches = torch.load("batches.pt")
+
+
+def rank_backward(r, module):
+    seq = batches[r, step]
+    logits = module(seq[:, :-1].contiguous())
+    F.cross_entropy(logits.reshape(-1, logits.size(-1)), seq[:, 1:].contiguous().reshape(-1)).backward()
+
+
 for step in range(batches.shape[1]):
     opt.zero_grad()
-    total = {}
-    for r in range(2):
-        for p in params.values():
-            p.grad = None
-        seq = batches[r, step]
-        logits = model(seq[:, :-1].contiguous())
-        F.cross_entropy(logits.reshape(-1, logits.size(-1)), seq[:, 1:].contiguous().reshape(-1)).backward()
-        for n, p in params.items():
-            total[n] = p.grad.clone() if n not in total else total[n] + p.grad
-    for n, p in params.items():
-        p.grad = total[n].div(2)
+    ref.backward(rank_backward)
     opt.step()
+    ref.sync()
 manifest = json.load(open("w2/manifest.json"))
 sharded = {name for u in manifest["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
 bad = []

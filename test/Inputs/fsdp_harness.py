@@ -211,6 +211,55 @@ def distinct_named_parameters(module):
     return out
 
 
+class MeanGradientReference:
+    """The original model trained in one process on the mean of the W ranks' gradients (SPEC
+    section 10's reference), with one copy of the original per rank, holding the same values,
+    each called exactly as often as that rank calls its file. Why copies: TorchScript's profiling
+    executor runs a module's first call as it is and later ones through an optimised graph
+    (differentiated as a whole), whose backward may add in another order; one module called W
+    times a step would run rank 1's step 0 the way rank 1 runs its step 1 (seen on an AVX-512
+    machine with torch 2.15, where the two orders round differently).
+
+        ref = MeanGradientReference(path, world=2)
+        optimizer = torch.optim.SGD(ref.params.values(), ...)
+        for step in ...:
+            optimizer.zero_grad()
+            ref.backward(lambda rank, module: loss(module, batch(rank, step)).backward())
+            optimizer.step()
+            ref.sync()
+    ref.params: name -> parameter of the trained model (copy 0), each tensor once."""
+
+    def __init__(self, path, world):
+        import torch
+        self.world = world
+        self.copies = [torch.jit.load(path) for _ in range(world)]
+        self.params = distinct_named_parameters(self.copies[0])
+        self._copy_params = [distinct_named_parameters(c) for c in self.copies]
+
+    def backward(self, run_rank):
+        """run_rank(rank, module) runs rank's backward on its copy; then every parameter's .grad
+        is the ranks' gradients summed in rank order and divided by W, as the runtime reduces
+        them (None where no rank produced one)."""
+        total = {}
+        for rank, (module, params) in enumerate(zip(self.copies, self._copy_params)):
+            for p in params.values():
+                p.grad = None
+            run_rank(rank, module)
+            for n, p in params.items():
+                if p.grad is not None:
+                    total[n] = p.grad.clone() if n not in total else total[n] + p.grad
+        for n, p in self.params.items():
+            p.grad = total[n].div(self.world) if n in total else None
+
+    def sync(self):
+        """After the optimizer stepped copy 0: the other copies take its values."""
+        import torch
+        with torch.no_grad():
+            for params in self._copy_params[1:]:
+                for n, p in params.items():
+                    p.copy_(self.params[n])
+
+
 def fsdp_run(target, method=None, inputs=None, check=None, repeat=None, stats=False,
              nproc=None, timeout_s=None, save_outputs=None, extra=(), timeout=None, env=None):
     """fsdp-run TARGET [options]; returns a ToolResult with .ranks = {rank: line} and

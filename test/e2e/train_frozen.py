@@ -76,24 +76,18 @@ def main():
         return t.finish("")
 
     torch.set_num_threads(1)
-    ref = torch.jit.load(orig)
-    params = h.distinct_named_parameters(ref)
-    for n in frozen_names(params):
-        params[n].requires_grad_(False)
+    ref = h.MeanGradientReference(orig, world=2)
+    params = ref.params
+    for copy in ref.copies:
+        for n, p in h.distinct_named_parameters(copy).items():
+            if n in frozen_names(params):
+                p.requires_grad_(False)
     opt = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=0.05, momentum=0.9, foreach=False)
     for step in range(STEPS):
         opt.zero_grad()
-        total = {}
-        for rank in range(2):
-            for p in params.values():
-                p.grad = None
-            loss_of(ref, *batch(rank, step)).backward()
-            for n, p in params.items():
-                if p.grad is not None:
-                    total[n] = p.grad.clone() if n not in total else total[n] + p.grad
-        for n, p in params.items():
-            p.grad = total[n].div(2) if n in total else None
+        ref.backward(lambda rank, module: loss_of(module, *batch(rank, step)).backward())
         opt.step()
+        ref.sync()
     manifest = h.json.load(open(os.path.join(ranks, "manifest.json")))
     sharded = {name for u in manifest["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
     frozen = set(frozen_names(params))
