@@ -15,14 +15,15 @@
 
 The package's modules, by concern: _libraries (finding and loading the libraries, the format's
 names), _markers (mark_unit, register_fsdp_forward_method), _pipeline (transform, shard),
-_runtime (stats, unsharded), _training (load_rank_file, full_state_dict), checkpoint (DCP).
+_runtime (stats, unsharded), _training (load_rank_file, full_state_dict), checkpoint (DCP),
+_tools (the fsdp-opt and fsdp-run commands of `pip install .`).
 The work is done by the TorchScript ops of libfsdp_passes.so (`torch.ops.fsdp_opt.*`) and
 libfsdp_runtime.so (`torch.ops.fsdp.*`), loaded with torch.ops.load_library by `load()`, which
 every function here calls first. Where the libraries are found: see `load`.
 """
 
 from ._errors import FsdpOptError, FsdpOptWarning
-from ._libraries import lib_dir, load, load_plugin
+from ._libraries import _cmake_prefix_path, build_info, lib_dir, load, load_plugin
 from ._markers import mark_unit, register_fsdp_forward_method
 from ._pipeline import default_pipeline, list_passes, shard, transform
 from ._runtime import reset_stats, stats, unsharded
@@ -34,6 +35,10 @@ __all__ = [
     "FsdpOptError", "FsdpOptWarning", "load", "load_plugin", "lib_dir", "list_passes", "default_pipeline",
     "mark_unit", "register_fsdp_forward_method", "transform", "shard", "stats", "reset_stats",
     "load_rank_file", "full_state_dict", "sharded_state_dict",
-    "sharded_optimizer_state_dict", "apply_optimizer_param_groups", "unsharded",
+    "sharded_optimizer_state_dict", "apply_optimizer_param_groups", "unsharded", "build_info",
+    "cmake_prefix_path",
 ]
 __version__ = "0.1.0"
+# After `pip install .`: the prefix for CMAKE_PREFIX_PATH under which find_package(FsdpOpt) finds
+# the installed C++ package (as torch.utils.cmake_prefix_path is torch's); None without it.
+cmake_prefix_path = _cmake_prefix_path()

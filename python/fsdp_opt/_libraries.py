@@ -17,12 +17,34 @@ _PASSES_LIB = "libfsdp_passes.so"
 _loaded_dir: Optional[str] = None
 
 
+def _package_dir() -> str:
+    return os.path.dirname(os.path.abspath(__file__))
+
+
+def _cmake_prefix_path() -> Optional[str]:
+    """The package's own directory when `pip install .` put the CMake package in it
+    (lib/cmake/FsdpOpt), else None."""
+    here = _package_dir()
+    return here if os.path.isfile(os.path.join(here, "lib", "cmake", "FsdpOpt", "FsdpOptConfig.cmake")) else None
+
+
+def build_info() -> Optional[Dict[str, object]]:
+    """How `pip install .` built this package: {"version", "torch" (built against),
+    "cuda_backend" (bool), "backend_choice" (why)}; None for the package of python/ alone,
+    whose libraries come from a CMake build."""
+    try:
+        from ._build_info import BUILD_INFO
+    except ImportError:
+        return None
+    return dict(BUILD_INFO)
+
+
 def _candidate_dirs() -> List[Tuple[str, str]]:
     """(directory, why) in search order."""
     env = os.environ.get("FSDP_OPT_LIB_DIR")
     if env:
         return [(env, "FSDP_OPT_LIB_DIR")]  # explicit: nowhere else
-    here = os.path.dirname(os.path.abspath(__file__))
+    here = _package_dir()
     dirs = [(os.path.join(here, "lib"), "next to the package"),
             (os.path.join(sys.prefix, "lib"), "the Python prefix's lib/")]
     tool = shutil.which("fsdp-opt")
