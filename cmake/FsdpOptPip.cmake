@@ -10,7 +10,8 @@
 #   - refuses, with one `fsdp-opt:` line naming what is missing and what is supported, when
 #     there is no torch, or a torch outside FSDP_OPT_PIP_TORCH_VERSIONS;
 #   - puts that torch's cmake_prefix_path on CMAKE_PREFIX_PATH (never a torch of the build
-#     environment: the pyproject does not require one, so none is downloaded);
+#     environment: the pyproject does not require one, so none is downloaded); Debian's torch
+#     1.13, which has none, is found where libtorch-dev puts its CMake package;
 #   - turns the CUDA/NCCL backend on when that torch is a CUDA build and nvcc is found, and
 #     otherwise says, in the build output and in fsdp_opt.build_info(), that the CPU build is
 #     made and why;
@@ -71,7 +72,11 @@ macro(fsdp_opt_pip_environment_torch)
                     "not supported: fsdp-opt builds against torch ${_fsdp_opt_supported}.x "
                         "(README, \"Supported versions\")")
   endif()
-  list(PREPEND CMAKE_PREFIX_PATH "${_fsdp_opt_torch_prefix}")
+  # Debian's python3-torch names a cmake_prefix_path it does not ship; its CMake package
+  # (libtorch-dev) is in the system's default search path.
+  if(IS_DIRECTORY "${_fsdp_opt_torch_prefix}")
+    list(PREPEND CMAKE_PREFIX_PATH "${_fsdp_opt_torch_prefix}")
+  endif()
   set(FSDP_OPT_PYTHON "${Python_EXECUTABLE}" CACHE STRING "" FORCE)
 
   # The CUDA backend: asked for (-C cmake.define.FSDP_OPT_ENABLE_CUDA=ON/OFF), or chosen here.
@@ -98,10 +103,11 @@ macro(fsdp_opt_pip_environment_torch)
   else()
     set(FSDP_OPT_CUDA_CHOICE "CPU build: asked for (FSDP_OPT_ENABLE_CUDA=OFF)")
   endif()
+  # One line either way (a WARNING's text is re-wrapped); `pip install -v` shows it.
   if(FSDP_OPT_ENABLE_CUDA)
     message(STATUS "fsdp-opt: ${FSDP_OPT_CUDA_CHOICE}")
   else()
-    message(WARNING "fsdp-opt: ${FSDP_OPT_CUDA_CHOICE}; only the Gloo (CPU) runtime is built")
+    message(STATUS "fsdp-opt: ${FSDP_OPT_CUDA_CHOICE}; only the Gloo (CPU) runtime is built")
   endif()
 endmacro()
 
