@@ -57,7 +57,7 @@ macro(fsdp_opt_pip_environment_torch)
   if(NOT _fsdp_opt_rc EQUAL 0)
     fsdp_opt_refuse("no torch in the environment of ${Python_EXECUTABLE}: install "
                     "torch ${_fsdp_opt_supported}.x first (pip install 'torch>=2.15,<2.16'): fsdp-opt "
-                        "builds against the torch already there and never downloads one")
+                    "builds against the torch already there and never downloads one")
   endif()
   list(GET _fsdp_opt_torch 0 FSDP_OPT_PIP_TORCH_VERSION)
   list(GET _fsdp_opt_torch 1 _fsdp_opt_torch_prefix)
@@ -70,7 +70,7 @@ macro(fsdp_opt_pip_environment_torch)
   if(NOT _fsdp_opt_minor IN_LIST FSDP_OPT_PIP_TORCH_VERSIONS)
     fsdp_opt_refuse("torch ${FSDP_OPT_PIP_TORCH_VERSION} (of ${Python_EXECUTABLE}) is "
                     "not supported: fsdp-opt builds against torch ${_fsdp_opt_supported}.x "
-                        "(README, \"Supported versions\")")
+                    "(README, \"Supported versions\")")
   endif()
   # Debian's python3-torch names a cmake_prefix_path it does not ship; its CMake package
   # (libtorch-dev) is in the system's default search path.
@@ -90,9 +90,9 @@ macro(fsdp_opt_pip_environment_torch)
         # torch's own CMake package needs the toolkit for a CUDA build of torch: no CPU build
         # can be made against it either.
         fsdp_opt_refuse("torch ${FSDP_OPT_PIP_TORCH_VERSION} is a CUDA ${FSDP_OPT_PIP_TORCH_CUDA} "
-                            "build, and building against it needs the CUDA toolkit (nvcc), which was "
-                            "not found (PATH, CUDACXX, CUDA_HOME, /usr/local/cuda): install it, or use a "
-                            "CPU build of torch")
+                        "build, and building against it needs the CUDA toolkit (nvcc), which was "
+                        "not found (PATH, CUDACXX, CUDA_HOME, /usr/local/cuda): install it, or use a "
+                        "CPU build of torch")
       endif()
       set(_fsdp_opt_cuda ON)
       set(FSDP_OPT_CUDA_CHOICE "CUDA/NCCL backend: torch ${FSDP_OPT_PIP_TORCH_VERSION} (CUDA ${FSDP_OPT_PIP_TORCH_CUDA}), nvcc ${FSDP_OPT_NVCC}")
@@ -120,8 +120,8 @@ endmacro()
 # The libraries find torch's beside the package (site-packages/torch/lib) first, then where
 # they were linked from.
 function(fsdp_opt_pip_install_layout)
-  set_property(TARGET fsdp_runtime fsdp_passes APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../../torch/lib")
-  set_property(TARGET fsdp-opt fsdp-run APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../../torch/lib")
+  # fsdp_opt/lib and fsdp_opt/bin are both two levels below site-packages.
+  set_property(TARGET fsdp_runtime fsdp_passes fsdp-opt fsdp-run APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../../torch/lib")
   configure_file(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/build_info.py.in ${CMAKE_BINARY_DIR}/_build_info.py @ONLY)
   install(FILES ${CMAKE_BINARY_DIR}/_build_info.py DESTINATION .)
 endfunction()

@@ -123,6 +123,9 @@ const std::vector<OptionInfo>& pipelineOptions() {
   return infos;
 }
 
+namespace {
+
+// The option `name` (without dashes) as the caller spells it in an error.
 std::string spelledOption(const std::string& name, OptionSpelling spelling) {
   if (spelling == OptionSpelling::kKeyword) {
     for (const auto& entry : optionEntries()) {
@@ -131,6 +134,8 @@ std::string spelledOption(const std::string& name, OptionSpelling spelling) {
   }
   return "--" + name;
 }
+
+}  // namespace
 
 std::string applyOption(PipelineOptions& options, const std::string& name, const std::string& value,
                         OptionSpelling spelling) {

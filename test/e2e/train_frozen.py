@@ -78,9 +78,10 @@ def main():
     torch.set_num_threads(1)
     ref = h.MeanGradientReference(orig, world=2)
     params = ref.params
+    frozen = set(frozen_names(params))
     for copy in ref.copies:
         for n, p in h.distinct_named_parameters(copy).items():
-            if n in frozen_names(params):
+            if n in frozen:
                 p.requires_grad_(False)
     opt = torch.optim.SGD([p for p in params.values() if p.requires_grad], lr=0.05, momentum=0.9, foreach=False)
     for step in range(STEPS):
@@ -90,7 +91,6 @@ def main():
         ref.sync()
     manifest = h.json.load(open(os.path.join(ranks, "manifest.json")))
     sharded = {name for u in manifest["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
-    frozen = set(frozen_names(params))
     for x in res:
         v = x.value
         bad = [n for n, p in params.items()
