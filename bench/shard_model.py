@@ -14,9 +14,9 @@ Configurations, each run --rounds times, interleaved (the order rotates every ro
   fsdp-opt W   fsdp-opt MODEL --world-size=W -o DIR (the default pipeline): the process's wall.
 
 Peak RSS is the process's ru_maxrss (wait4). Two more rows say what the libraries alone cost
-(a torch 2.x CUDA wheel's libraries take about 0.5 GB in any process that loads them, fsdp-opt's
-and Python's alike): `fsdp-opt --version` and `python -c "import torch"`. Targets (issue 18, item 2): fsdp-opt's peak RSS at
-W=8 at most 0.5x the model's bytes, and its wall time at most load+save's, the stricter of its
+(a torch 2.x CUDA wheel's CUDA libraries take about 0.35 GB in any process that loads them, as
+`import torch` does; fsdp-opt loads only torch's CPU libraries): `fsdp-opt --version` and
+`python -c "import torch"`. Targets (issue 18, item 2): fsdp-opt's peak RSS at W=8 at most 0.5x the model's bytes, and its wall time at most load+save's, the stricter of its
 two figures (the calls alone). After the rounds, the rank files of every W are checked against
 the model, bit for bit: each rank's shard of every unit parameter, every other tensor whole.
 

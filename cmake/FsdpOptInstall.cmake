@@ -1,6 +1,7 @@
 # `cmake --install BUILD [--prefix PREFIX]`: headers, libraries, tools and the CMake package
 #   PREFIX/include/fsdp_opt/*.h
-#   PREFIX/lib/libfsdp_passes.so, libfsdp_runtime.so
+#   PREFIX/lib/libfsdp_passes.so, libfsdp_runtime.so (and libfsdp_runtime_cuda.so, which
+#   libfsdp_runtime loads from its own directory, in a CUDA build)
 #   PREFIX/bin/fsdp-opt, fsdp-run
 #   PREFIX/lib/cmake/FsdpOpt/FsdpOptConfig.cmake (+ ConfigVersion, Targets, and FsdpOptTorch.cmake,
 #   which finds Torch with the checks of the build): find_package(FsdpOpt)
@@ -10,20 +11,18 @@ include(CMakePackageConfigHelpers)
 
 set(FSDP_OPT_INSTALL_CMAKEDIR "${CMAKE_INSTALL_LIBDIR}/cmake/FsdpOpt")
 
-# runtime/ publishes include/ by its source path; an exported target must name the installed
-# headers instead (fsdp_passes already uses BUILD_INTERFACE/INSTALL_INTERFACE).
-set_property(TARGET fsdp_runtime PROPERTY INTERFACE_INCLUDE_DIRECTORIES
-  "$<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include>"
-  "$<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>")
-
 # Installed binaries find our libraries beside them (lib/ from bin/), and torch's libraries in
 # the directories they were linked from (a venv's torch/lib is not on the loader's path).
-set_target_properties(fsdp_runtime fsdp_passes PROPERTIES
+set(FSDP_OPT_INSTALLED_LIBRARIES fsdp_runtime fsdp_passes)
+if(TARGET fsdp_runtime_cuda)
+  list(APPEND FSDP_OPT_INSTALLED_LIBRARIES fsdp_runtime_cuda)
+endif()
+set_target_properties(${FSDP_OPT_INSTALLED_LIBRARIES} PROPERTIES
   INSTALL_RPATH "$ORIGIN" INSTALL_RPATH_USE_LINK_PATH TRUE)
 set_target_properties(fsdp-opt fsdp-run PROPERTIES
   INSTALL_RPATH "$ORIGIN/../${CMAKE_INSTALL_LIBDIR}" INSTALL_RPATH_USE_LINK_PATH TRUE)
 
-install(TARGETS fsdp_runtime fsdp_passes fsdp-opt fsdp-run
+install(TARGETS ${FSDP_OPT_INSTALLED_LIBRARIES} fsdp-opt fsdp-run
   EXPORT FsdpOptTargets
   LIBRARY DESTINATION ${CMAKE_INSTALL_LIBDIR}
   RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})

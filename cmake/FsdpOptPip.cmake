@@ -121,7 +121,7 @@ endmacro()
 # they were linked from.
 function(fsdp_opt_pip_install_layout)
   # fsdp_opt/lib and fsdp_opt/bin are both two levels below site-packages.
-  set_property(TARGET fsdp_runtime fsdp_passes fsdp-opt fsdp-run APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../../torch/lib")
+  set_property(TARGET ${FSDP_OPT_INSTALLED_LIBRARIES} fsdp-opt fsdp-run APPEND PROPERTY INSTALL_RPATH "$ORIGIN/../../torch/lib")
   configure_file(${CMAKE_CURRENT_FUNCTION_LIST_DIR}/build_info.py.in ${CMAKE_BINARY_DIR}/_build_info.py @ONLY)
   install(FILES ${CMAKE_BINARY_DIR}/_build_info.py DESTINATION .)
 endfunction()

@@ -221,3 +221,38 @@ macro(fsdp_opt_find_torch)
     endif()
   endif()
 endmacro()
+
+# fsdp_opt_link_torch_cpu(TARGET): TARGET compiles as the torch target asks (its include
+# directories, compile features, definitions and options: torch 2.x needs C++20) but links
+# torch's CPU libraries only (torch_cpu_library: libtorch_cpu and libc10), not libtorch.so, which
+# on a CUDA build of torch loads libtorch_cuda, cuBLAS(Lt), cuDNN and NCCL: some 300 MiB of
+# resident memory in every process, before it does anything (docs/benchmarks.md, section 7).
+# What needs CUDA links it itself: fsdp-run and the GPU tests link TORCH_LIBRARIES, and
+# libfsdp_runtime_cuda is loaded at the first CUDA gather. Programs built against the installed
+# package still get the whole of TORCH_LIBRARIES from TARGET's exported interface, as before.
+# Where torch has no torch_cpu_library (torch older than 1.13), TORCH_LIBRARIES.
+function(fsdp_opt_link_torch_cpu target)
+  if(NOT TARGET torch_cpu_library)
+    target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
+    return()
+  endif()
+  get_target_property(includes torch INTERFACE_INCLUDE_DIRECTORIES)
+  get_target_property(features torch INTERFACE_COMPILE_FEATURES)
+  get_target_property(definitions torch INTERFACE_COMPILE_DEFINITIONS)
+  get_target_property(options torch INTERFACE_COMPILE_OPTIONS)
+  if(includes)
+    # SYSTEM, as an imported target's are: no warnings from torch's headers.
+    target_include_directories(${target} SYSTEM PUBLIC "$<BUILD_INTERFACE:${includes}>")
+  endif()
+  if(features)
+    target_compile_features(${target} PUBLIC ${features})
+  endif()
+  if(definitions)
+    target_compile_definitions(${target} PUBLIC "$<BUILD_INTERFACE:${definitions}>")
+  endif()
+  if(options)
+    target_compile_options(${target} PUBLIC "$<BUILD_INTERFACE:${options}>")
+  endif()
+  target_link_libraries(${target} PUBLIC "$<BUILD_INTERFACE:torch_cpu_library>"
+                                         "$<INSTALL_INTERFACE:${TORCH_LIBRARIES}>")
+endfunction()

@@ -2,7 +2,10 @@
 // by device. See data_path.h.
 #include "data_path.h"
 
+#include <dlfcn.h>
+
 #include <algorithm>
+#include <deque>
 #include <functional>
 #include <mutex>
 
@@ -16,10 +19,6 @@
 #include "host_buffer_pool.h"
 #include "process_group.h"
 #include "shard_layout.h"
-
-#ifdef FSDP_OPT_WITH_CUDA
-#include "cuda/cuda_data_path.h"
-#endif
 
 namespace fsdp_opt {
 namespace runtime {
@@ -187,32 +186,94 @@ std::unique_ptr<PendingUnshard> startHostUnshard(const UnshardRequest& request,
   return std::make_unique<HostCollectiveUnshard>(request, context);
 }
 
-// The one place that knows which devices this build serves at world size > 1, and how.
-const std::vector<DevicePath>& devicePaths() {
-  static const std::vector<DevicePath> paths = {
-      {c10::DeviceType::CPU, startHostUnshard, createGlooBackend},
-#ifdef FSDP_OPT_WITH_CUDA
-      {c10::DeviceType::CUDA, cuda::startCudaUnshard, createNcclBackend},
-#endif
-  };
-  return paths;
+// The devices served at world size > 1: CPU here, others as their libraries register.
+struct DevicePathTable {
+  std::mutex mutex;
+  std::deque<DevicePath> paths;  // a deque: entries handed out stay where they are
+};
+
+DevicePathTable& devicePathTable() {
+  static auto* table = new DevicePathTable{{}, {{c10::DeviceType::CPU, startHostUnshard, createGlooBackend}}};
+  return *table;
 }
 
-}  // namespace
-
-const DevicePath* devicePathFor(const c10::Device& device) {
-  for (const DevicePath& path : devicePaths()) {
-    if (path.device == device.type()) return &path;
+const DevicePath* registeredPath(c10::DeviceType type) {
+  DevicePathTable& table = devicePathTable();
+  std::lock_guard<std::mutex> lock(table.mutex);
+  for (const DevicePath& path : table.paths) {
+    if (path.device == type) return &path;
   }
   return nullptr;
 }
 
+#ifdef FSDP_OPT_CUDA_BACKEND_FILE
+// Where this build's CUDA backend library is: beside libfsdp_runtime itself (the build tree's
+// lib/, an install's lib/, the pip package's fsdp_opt/lib).
+std::string cudaBackendPath() {
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&devicePathFor), &info) == 0 || info.dli_fname == nullptr) {
+    return FSDP_OPT_CUDA_BACKEND_FILE;  // the loader's search path
+  }
+  std::string self = info.dli_fname;
+  const size_t slash = self.rfind('/');
+  return slash == std::string::npos ? std::string(FSDP_OPT_CUDA_BACKEND_FILE)
+                                    : self.substr(0, slash + 1) + FSDP_OPT_CUDA_BACKEND_FILE;
+}
+
+struct CudaBackendLoad {
+  std::string path;
+  std::string error;  // dlopen's complaint; empty once loaded
+};
+
+// Loaded at the first lookup of the CUDA path (a gather of CUDA tensors, has_cuda_backend()),
+// once per process, and never unloaded: its backends live until the process group is torn down.
+const CudaBackendLoad& loadCudaBackend() {
+  static const CudaBackendLoad load = [] {
+    CudaBackendLoad l;
+    l.path = cudaBackendPath();
+    if (dlopen(l.path.c_str(), RTLD_NOW | RTLD_LOCAL) == nullptr) {
+      const char* why = dlerror();
+      l.error = why ? why : "dlopen failed";
+    } else if (registeredPath(c10::DeviceType::CUDA) == nullptr) {
+      l.error = "it registered no CUDA path";
+    }
+    return l;
+  }();
+  return load;
+}
+#endif
+
+}  // namespace
+
+void registerDevicePath(const DevicePath& path) {
+  DevicePathTable& table = devicePathTable();
+  std::lock_guard<std::mutex> lock(table.mutex);
+  for (const DevicePath& known : table.paths) {
+    if (known.device == path.device) return;
+  }
+  table.paths.push_back(path);
+}
+
+const DevicePath* devicePathFor(const c10::Device& device) {
+#ifdef FSDP_OPT_CUDA_BACKEND_FILE
+  if (device.is_cuda()) loadCudaBackend();
+#endif
+  return registeredPath(device.type());
+}
+
 void throwNoDevicePath(const c10::Device& device, const std::string& context) {
   if (device.is_cuda()) {
+#ifdef FSDP_OPT_CUDA_BACKEND_FILE
+    const CudaBackendLoad& load = loadCudaBackend();
+    raise(ErrorKind::kBadInput,
+          c10::str(context, ": parameters are on ", device.str(), " but the CUDA backend ",
+                   load.path, " could not be loaded: ", load.error));
+#else
     raise(ErrorKind::kBadInput,
           c10::str(context, ": parameters are on ", device.str(),
                    " but no CUDA backend is built into libfsdp_runtime (only gloo for CPU "
                    "tensors; build with -DFSDP_OPT_ENABLE_CUDA=ON)"));
+#endif
   }
   raise(ErrorKind::kBadInput,
         c10::str(context, ": no collective backend for tensors on ", device.str()));

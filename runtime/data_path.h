@@ -121,8 +121,16 @@ struct DevicePath {
 };
 
 /// The entry for `device`'s type, or nullptr when this build has none (world size 1 still
-/// works there, copy-only).
+/// works there, copy-only). The CUDA entry lives in libfsdp_runtime_cuda, which the first CUDA
+/// lookup loads from libfsdp_runtime's own directory (see registerDevicePath).
 const DevicePath* devicePathFor(const c10::Device& device);
+
+/// Adds the path of a device type that libfsdp_runtime itself does not serve; called once by
+/// the static initialiser of the library that implements it (libfsdp_runtime_cuda). Why a
+/// separate library: linked into libfsdp_runtime, the CUDA backend made every process that
+/// loads it (fsdp-opt sharding a model on a CPU-only job, too) load libtorch_cuda, cuBLAS,
+/// cuDNN and NCCL, some 300 MiB of resident memory before the first byte of the model.
+void registerDevicePath(const DevicePath& path);
 
 /// Throws the runtime's error for tensors on a device without a path, naming `context`.
 [[noreturn]] void throwNoDevicePath(const c10::Device& device, const std::string& context);

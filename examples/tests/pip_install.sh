@@ -81,6 +81,11 @@ for f in lib/libfsdp_passes.so lib/libfsdp_runtime.so bin/fsdp-opt bin/fsdp-run 
          include/fsdp_opt/fsdp_opt.h lib/cmake/FsdpOpt/FsdpOptConfig.cmake lib/cmake/FsdpOpt/FsdpOptTargets.cmake; do
   [ -e "$pkg/$f" ] || fail "not in the wheel: fsdp_opt/$f"
 done
+if grep -q "^fsdp-opt: CUDA/NCCL backend" <<<"$choice"; then
+  [ -e "$pkg/lib/libfsdp_runtime_cuda.so" ] || fail "not in the wheel: fsdp_opt/lib/libfsdp_runtime_cuda.so (the CUDA backend)"
+  "$venv/bin/python" -c 'import torch, fsdp_opt; fsdp_opt.load(); assert torch.ops.fsdp.has_cuda_backend()' \
+    || fail "the installed runtime does not load its CUDA backend (fsdp_opt/lib/libfsdp_runtime_cuda.so)"
+fi
 "$venv/bin/python" - "$pkg" <<'PY' || fail "the installed package"
 import os, sys, fsdp_opt
 pkg = sys.argv[1]
