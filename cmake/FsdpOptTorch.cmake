@@ -230,12 +230,8 @@ endmacro()
 # What needs CUDA links it itself: fsdp-run and the GPU tests link TORCH_LIBRARIES, and
 # libfsdp_runtime_cuda is loaded at the first CUDA gather. Programs built against the installed
 # package still get the whole of TORCH_LIBRARIES from TARGET's exported interface, as before.
-# Where torch has no torch_cpu_library (torch older than 1.13), TORCH_LIBRARIES.
+# Both supported torches (1.13, 2.15) define torch_cpu_library.
 function(fsdp_opt_link_torch_cpu target)
-  if(NOT TARGET torch_cpu_library)
-    target_link_libraries(${target} PUBLIC ${TORCH_LIBRARIES})
-    return()
-  endif()
   get_target_property(includes torch INTERFACE_INCLUDE_DIRECTORIES)
   get_target_property(features torch INTERFACE_COMPILE_FEATURES)
   get_target_property(definitions torch INTERFACE_COMPILE_DEFINITIONS)

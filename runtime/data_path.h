@@ -126,10 +126,9 @@ struct DevicePath {
 const DevicePath* devicePathFor(const c10::Device& device);
 
 /// Adds the path of a device type that libfsdp_runtime itself does not serve; called once by
-/// the static initialiser of the library that implements it (libfsdp_runtime_cuda). Why a
-/// separate library: linked into libfsdp_runtime, the CUDA backend made every process that
-/// loads it (fsdp-opt sharding a model on a CPU-only job, too) load libtorch_cuda, cuBLAS,
-/// cuDNN and NCCL, some 300 MiB of resident memory before the first byte of the model.
+/// the static initialiser of the library that implements it (libfsdp_runtime_cuda, a library
+/// of its own so that CPU-only processes never load torch's CUDA libraries: docs/runtime.md,
+/// "CUDA", "Building").
 void registerDevicePath(const DevicePath& path);
 
 /// Throws the runtime's error for tensors on a device without a path, naming `context`.

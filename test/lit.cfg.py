@@ -4,8 +4,7 @@
 # A test is a .py file under test/ (not Inputs/ or unit/) with RUN lines, e.g.
 #   # RUN: %python %s %t.pt
 #   # RUN: fsdp-opt %t.pt --print-ir | FileCheck %s
-#   # REQUIRES: torch2          (or torch113, cuda: a usable GPU, cuda-backend: the build has
-#                               libfsdp_runtime_cuda)
+#   # REQUIRES: torch2          (or torch113, cuda)
 #
 # Substitutions:
 #   %python / %PYTHON  the leg's Python (FSDP_OPT_PYTHON); PYTHONPATH has test/Inputs
@@ -80,8 +79,6 @@ if major_minor(torch_info["version"]) != major_minor(config.libtorch_version):
 config.available_features.add("torch2" if major_minor(torch_info["version"]) >= (2, 0) else "torch113")
 if torch_info["cuda"]:
     config.available_features.add("cuda")
-if config.fsdp_opt_cuda_backend.upper() in ("1", "ON", "TRUE", "YES", "Y"):
-    config.available_features.add("cuda-backend")
 lit_config.note("torch %s from %s%s" % (torch_info["version"], config.python_executable,
                                         ", CUDA usable" if torch_info["cuda"] else ""))
 
@@ -93,7 +90,7 @@ def tool(name):
 config.substitutions.append(("%python", config.python_executable))
 config.substitutions.append(("%PYTHON", config.python_executable))
 config.substitutions.append(("%runtime_lib", config.fsdp_runtime_lib))
-config.substitutions.append(("%cuda_backend", "1" if "cuda-backend" in config.available_features else "0"))
+config.substitutions.append(("%cuda_backend", str(config.fsdp_opt_cuda_backend)))
 config.substitutions.append(("%plugin_lib", config.fsdp_test_plugin_lib))
 config.substitutions.append((tool("fsdp-opt"), config.fsdp_opt_exe))
 config.substitutions.append((tool("fsdp-run"), config.fsdp_run_exe))
