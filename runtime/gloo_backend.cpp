@@ -8,7 +8,7 @@
 
 #include <unistd.h>
 
-#include <algorithm>
+#include <cstring>
 #include <exception>
 
 #include <ATen/ATen.h>
@@ -20,6 +20,7 @@
 
 #include "envelope.h"
 #include "environment.h"
+#include "host_buffer_pool.h"
 #include "errors.h"
 
 namespace fsdp_opt {
@@ -95,12 +96,13 @@ class GlooPending final : public PendingCollective {
 };
 
 class GlooBackend final : public CollectiveBackend {
-  static constexpr int64_t kSplitBytes = int64_t(1) << 20;
+  // Per-rank bytes from which an all-gather goes out as one broadcast per rank (below).
+  static constexpr int64_t kBroadcastBytes = int64_t(1) << 20;
 
  public:
   GlooBackend(const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
               const GlooBackendOptions& options)
-      : CollectiveBackend(options), rank_(rank), size_(size), threads_(std::max(1, options.threads)) {
+      : CollectiveBackend(options), rank_(rank), size_(size) {
     auto pgOptions = c10d::ProcessGroupGloo::Options::create(options.timeout);
     std::string where;
     try {
@@ -143,25 +145,43 @@ class GlooBackend final : public CollectiveBackend {
       unsupported("tensors on " + input.device().str() + " (it handles CPU tensors only)");
     }
     const int64_t n = input.numel();
-    // A large gather goes out as one allgather per Gloo worker thread, each over its own slice
-    // of every rank's bytes, so that the threads move bytes at the same time. Measured on
-    // loopback (2 ranks, 6.5 MiB per rank, raw torch.distributed Gloo): 12.9 ms as one
-    // collective, 8.5 ms as two concurrent halves. Small ones stay whole: each collective has a
-    // fixed cost.
-    const int64_t pieces = n >= kSplitBytes ? threads_ : 1;
-    const int64_t piece = (n + pieces - 1) / pieces;
-    c10d::AllgatherOptions opts;
+    // Not ProcessGroupGloo::allgather: it allocates the whole gathered size twice per call (a
+    // flat receive buffer on its worker thread, then a copy out of it; and, in torch 2.x, another
+    // in the caller's thread that lives until the worker takes its next job). On torch 2.15 those
+    // caller-side blocks fragmented glibc's heap: a rank file's `generate` grew the process by
+    // about 200 KiB per call, without bound (docs/runtime.md, "Backends"). The two
+    // collectives below write straight into `output`.
+    if (n >= kBroadcastBytes) {
+      // Large: every rank broadcasts its bytes from its own slot of `output`, in place. No send
+      // buffer, and Gloo's worker threads move the ranks' slots at the same time (measured on
+      // loopback, 2 ranks, 6.5 MiB each: 14.1 ms a gather, against 16.3 ms for two concurrent
+      // allgathers of half the bytes and 16.6 ms for one all-to-all).
+      std::memcpy(static_cast<uint8_t*>(output.data_ptr()) + rank_ * n, input.data_ptr(), static_cast<size_t>(n));
+      auto pending =
+          std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
+      for (int root = 0; root < size_; ++root) {
+        c10d::BroadcastOptions opts;
+        opts.rootRank = root;
+        opts.timeout = options().timeout;
+        std::vector<at::Tensor> slot{borrowed(output, root * n, n)};
+        pending->add(pg_->broadcast(slot, opts));
+      }
+      return pending;
+    }
+    // Small: one all-to-all whose every send slot holds this rank's bytes. One collective (each
+    // has a fixed cost that dominates below a MiB); the copies cost W * n bytes here, less than
+    // allgather's two.
+    at::Tensor send = detail::pooledEmptyCpu({n * size_}, at::kByte);
+    auto* slots = static_cast<uint8_t*>(send.data_ptr());
+    for (int r = 0; r < size_; ++r) std::memcpy(slots + r * n, input.data_ptr(), static_cast<size_t>(n));
+    c10d::AllToAllOptions opts;
     opts.timeout = options().timeout;
     auto pending =
-        std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
-    for (int64_t begin = 0; begin < n; begin += piece) {
-      const int64_t len = std::min(piece, n - begin);
-      std::vector<at::Tensor> inputs{borrowed(input, begin, len)};
-      std::vector<std::vector<at::Tensor>> outputs(1);
-      outputs[0].reserve(static_cast<size_t>(size_));
-      for (int r = 0; r < size_; ++r) outputs[0].push_back(borrowed(output, r * n + begin, len));
-      pending->add(pg_->allgather(outputs, inputs, opts));
-    }
+        std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output, send}, options().timeout);
+    at::Tensor in = borrowed(send, 0, n * size_);
+    at::Tensor out = borrowed(output, 0, n * size_);
+    std::vector<int64_t> equalSplits;  // empty: equal chunks
+    pending->add(pg_->alltoall_base(out, in, equalSplits, equalSplits, opts));
     return pending;
   }
 
@@ -201,7 +221,6 @@ class GlooBackend final : public CollectiveBackend {
  private:
   int rank_;
   int size_;
-  int threads_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
 };
 

@@ -1,11 +1,14 @@
 // Reusable host buffers for the unshard path. See host_buffer_pool.h for why and for the bound.
 #include "host_buffer_pool.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <map>
 #include <mutex>
 #include <new>
 #include <string>
+#include <unordered_map>
+#include <vector>
 
 #include <ATen/ATen.h>
 #include <c10/util/Exception.h>
@@ -39,6 +42,9 @@ class HostBufferPool {
   void* take(size_t bytes) {
     {
       std::lock_guard<std::mutex> lock(mutex_);
+      RequestTimes& times = requests_[bytes];
+      times.previous = times.last;
+      times.last = ++clock_;
       auto it = free_.find(bytes);
       if (it != free_.end()) {
         void* p = it->second;
@@ -60,18 +66,30 @@ class HostBufferPool {
     return p;
   }
 
+  // Over the bound, a freed buffer evicts cached ones whose size nobody asked for since the
+  // request before the freed buffer's own: the sizes of a schedule's first calls (which gather
+  // differently from its steady state) would otherwise fill the bound for good, and every
+  // gather after them allocate, fault in and free its buffers. Sizes that keep coming back, if
+  // in turns (a budget's layers and its root), are never evicted for each other: they would
+  // only push each other out on every turn.
   void give(void* p, size_t bytes) noexcept {
+    std::vector<void*> evicted;
+    bool cached = false;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.liveBytes -= static_cast<int64_t>(bytes);
-      if (cachingEnabled() &&
-          stats_.cachedBytes + static_cast<int64_t>(bytes) <= stats_.peakLiveBytes) {
-        free_.emplace(bytes, p);
-        stats_.cachedBytes += static_cast<int64_t>(bytes);
-        return;
+      if (cachingEnabled()) {
+        const int64_t need = stats_.cachedBytes + static_cast<int64_t>(bytes) - stats_.peakLiveBytes;
+        if (need > 0) evicted = evictStale(bytes, need);
+        if (stats_.cachedBytes + static_cast<int64_t>(bytes) <= stats_.peakLiveBytes) {
+          free_.emplace(bytes, p);
+          stats_.cachedBytes += static_cast<int64_t>(bytes);
+          cached = true;
+        }
       }
     }
-    std::free(p);
+    for (void* old : evicted) std::free(old);
+    if (!cached) std::free(p);
   }
 
   void empty() {
@@ -79,6 +97,7 @@ class HostBufferPool {
     {
       std::lock_guard<std::mutex> lock(mutex_);
       dropped.swap(free_);
+      requests_.clear();
       stats_.cachedBytes = 0;
       stats_.peakLiveBytes = stats_.liveBytes;
     }
@@ -98,8 +117,40 @@ class HostBufferPool {
     if (stats_.liveBytes > stats_.peakLiveBytes) stats_.peakLiveBytes = stats_.liveBytes;
   }
 
+  // The last two requests of a size, in request order (0: none).
+  struct RequestTimes {
+    uint64_t last = 0;
+    uint64_t previous = 0;
+  };
+
+  // Frees (to the caller) cached buffers of sizes last requested before `bytes`' previous
+  // request, the longest unrequested first, until `need` bytes are gone or none is left.
+  std::vector<void*> evictStale(size_t bytes, int64_t need) {
+    std::vector<void*> evicted;
+    const uint64_t since = requests_[bytes].previous;
+    std::vector<std::pair<uint64_t, size_t>> stale;  // (last request, size)
+    for (auto it = free_.begin(); it != free_.end(); it = free_.upper_bound(it->first)) {
+      const uint64_t last = requests_[it->first].last;
+      if (last < since) stale.emplace_back(last, it->first);
+    }
+    std::sort(stale.begin(), stale.end());
+    for (const auto& entry : stale) {
+      for (auto it = free_.find(entry.second); it != free_.end() && it->first == entry.second && need > 0;) {
+        evicted.push_back(it->second);
+        need -= static_cast<int64_t>(it->first);
+        stats_.cachedBytes -= static_cast<int64_t>(it->first);
+        stats_.evictions += 1;
+        it = free_.erase(it);
+      }
+      if (need <= 0) break;
+    }
+    return evicted;
+  }
+
   std::mutex mutex_;
   std::multimap<size_t, void*> free_;  // by exact byte size: units repeat their sizes
+  std::unordered_map<size_t, RequestTimes> requests_;
+  uint64_t clock_ = 0;
   HostBufferPoolStats stats_;
 };
 

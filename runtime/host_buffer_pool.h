@@ -12,9 +12,10 @@
 // size avoids both: a unit is gathered again and again with the same sizes, so nearly every
 // request is served from the pool.
 //
-// Bound: the pool keeps a freed buffer only while its cached bytes stay within the largest number
-// of pool bytes ever alive at once, so it never holds more than the schedule already needed at its
-// peak (which the compiler bounds with --max-unsharded-bytes). fsdp::release_all empties it, and
+// Bound: the pool's cached bytes stay within the largest number of pool bytes ever alive at once,
+// so it never holds more than the schedule already needed at its peak (which the compiler bounds
+// with --max-unsharded-bytes); a freed buffer that does not fit evicts cached sizes that stopped
+// being asked for (see give() in host_buffer_pool.cpp). fsdp::release_all empties it, and
 // FSDP_OPT_HOST_BUFFER_CACHE=0 turns caching off (every buffer goes back to malloc when freed).
 #pragma once
 
@@ -38,6 +39,7 @@ struct HostBufferPoolStats {
   int64_t peakLiveBytes = 0;   // the cache's bound: max of liveBytes since the last emptying
   int64_t hits = 0;            // requests served from the cache
   int64_t misses = 0;          // requests that allocated
+  int64_t evictions = 0;       // cached buffers freed to make room for one of a size still in use
 };
 
 HostBufferPoolStats hostBufferPoolStats();

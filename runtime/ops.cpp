@@ -98,7 +98,7 @@ void checkRankMeshOp(int64_t rank, int64_t worldSize, int64_t shardGroupSize, st
 // the gather it replaces it is CONSERVATIVE, so the autodiff pass cannot merge the call's first
 // operations with the code that computed its inputs, and backward still reaches the call's
 // inputs only after the call's own backward (training.cpp lets a frozen unit go there).
-void unitCallOp(std::string /*unit*/) {}
+void unitCallOp(const c10::OperatorHandle&, torch::jit::Stack* stack) { torch::jit::drop(*stack, 1); }
 
 void releaseAllOp() {
   detail::recordedOp([] { fsdp_opt::runtime::releaseAll(); });
@@ -136,8 +136,23 @@ bool rankAnyOp(bool flag, at::Tensor like) {
   return detail::recordedOp([&] { return detail::rankAny(flag, like); });
 }
 
-void backwardHookOp(std::vector<at::Tensor> params, std::vector<int64_t> fullRows, std::string unit,
-                    c10::IValue outputs, c10::IValue inputs, int64_t maxUnshardedBytes) {
+// Boxed, so that inference pays for none of its arguments: with grad mode off a backward hook
+// has nothing to do, and a decoding loop runs one per unit call per token. The check comes
+// before the Tensor[], int[] and str arguments are unboxed into vectors and strings.
+void backwardHookOp(const c10::OperatorHandle&, torch::jit::Stack* stack) {
+  constexpr size_t kArguments = 6;
+  if (!at::GradMode::is_enabled()) {
+    torch::jit::drop(*stack, kArguments);
+    return;
+  }
+  auto args = torch::jit::last(*stack, kArguments);
+  std::vector<at::Tensor> params = args[0].toTensorVector();
+  std::vector<int64_t> fullRows = args[1].toIntVector();
+  std::string unit = args[2].toStringRef();
+  c10::IValue outputs = args[3];
+  c10::IValue inputs = args[4];
+  const int64_t maxUnshardedBytes = args[5].toInt();
+  torch::jit::drop(*stack, kArguments);
   detail::recordedOp([&] {
     detail::backwardHook(std::move(params), std::move(fullRows), std::move(unit), std::move(outputs),
                          std::move(inputs), maxUnshardedBytes);
@@ -205,7 +220,8 @@ TORCH_LIBRARY(fsdp, m) {
                       kConservative),
         checkRankMeshOp);
   m.def(torch::schema("release_all() -> ()", kConservative), releaseAllOp);
-  m.def(torch::schema("unit_call(str unit) -> ()", kConservative), unitCallOp);
+  m.def(torch::schema("unit_call(str unit) -> ()", kConservative),
+        torch::CppFunction::makeFromBoxedFunction<&unitCallOp>());
   m.def(torch::schema("stats() -> Dict(str, int)", kConservative), statsOp);
   m.def(torch::schema("reset_stats() -> ()", kConservative), resetStatsOp);
   m.def(torch::schema("init_process_group(int rank, int world_size, str master_addr, "
@@ -221,7 +237,7 @@ TORCH_LIBRARY(fsdp, m) {
   m.def(torch::schema("backward_hook(Tensor[] params, int[] full_rows, str unit, Any outputs, Any inputs, "
                       "int max_unsharded_bytes) -> ()",
                       kConservative),
-        backwardHookOp);
+        torch::CppFunction::makeFromBoxedFunction<&backwardHookOp>());
   m.def(torch::schema("replicated_params(Tensor[] params) -> ()", kConservative), replicatedParamsOp);
   // Unshard scopes (unsharded_scope_state.h; fsdp_opt.unsharded and UnshardedScope).
   m.def(torch::schema("unsharded_scope_open(Any module, str[] units) -> (int id, str[] units, int bytes, "

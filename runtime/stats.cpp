@@ -67,6 +67,7 @@ Stats stats() {
   s.host_buffer_cached_bytes = pool.cachedBytes;
   s.host_buffer_cache_limit = pool.peakLiveBytes;
   s.host_buffer_live_bytes = pool.liveBytes;
+  s.host_buffer_allocations = pool.misses;
   return s;
 }
 
@@ -103,7 +104,8 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"bytes_sent_replica_group", bytes_sent_replica_group},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit},
-          {"host_buffer_live_bytes", host_buffer_live_bytes}};
+          {"host_buffer_live_bytes", host_buffer_live_bytes},
+          {"host_buffer_allocations", host_buffer_allocations}};
 }
 
 }  // namespace runtime

@@ -46,6 +46,7 @@ struct Stats {
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once
   int64_t host_buffer_live_bytes = 0;    // pool buffers in use: what the full storage really holds
+  int64_t host_buffer_allocations = 0;   // buffers the pool had to allocate since the process started
 
   /// (name, value) pairs in a fixed order; the names are the keys of fsdp::stats().
   std::vector<std::pair<std::string, int64_t>> items() const;
