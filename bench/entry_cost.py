@@ -4,7 +4,7 @@ of the same bytes plus the unsharded call, W=2, CPU, Gloo, in ONE run (docs/runt
 cost of an entry call"; docs/benchmarks.md section 5).
 
 For each entry call (`generate(ids, 0)`, which gathers and returns at once; `forward(ids)`;
-`generate(ids, N)`) three configurations run in the same pair of rank processes, interleaved
+`generate(ids, N)`) four configurations run in the same pair of rank processes, interleaved
 call by call (bench_common.time_interleaved, a barrier before every timed call); the entry calls
 are timed one after the other (all calls of one, then the next), as a program calling one
 entry method in a loop does:
@@ -13,10 +13,14 @@ entry method in a loop does:
   raw        ONE torch.distributed all_gather_into_tensor (Gloo, the benchmark's own group) of
              uint8 buffers of the bytes fsdp-opt's call gathers: bytes_gathered / W per rank,
              rounded up to 16 (fsdp::stats() of a warmup call)
+  sequence   raw, then the unsharded call, timed as one: what gathering by hand and then calling
+             costs, the two sharing the machine as they do inside fsdp-opt's call (on two cores,
+             the collective's threads and the other rank still run when the call starts)
   fsdp-opt   the rank file's call (root and every Block a unit, default pipeline, W=2)
 
 ms: the median over all timed calls of the slower rank's wall time. ratio = fsdp-opt /
-(unsharded + raw): the target is at most 1.2. Collectives per call: the runtime's all_gathers and
+(unsharded + raw): the target is at most 1.2; fsdp-opt / sequence is printed beside it.
+Collectives per call: the runtime's all_gathers and
 agreements (fsdp::rank_any of the rank-uniform decoding loop); a gather's fingerprint envelope
 is not counted, and carries the payload itself once the same collectives have come before
 (docs/runtime.md, "Collective fingerprints"). Every fsdp-opt call's output is compared with the
@@ -42,7 +46,7 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
 import bench_common as bc  # noqa: E402
 from bench_common import fmt_bytes, fmt_count, median  # noqa: E402
 
-KINDS = ("unsharded", "raw", "fsdp")
+KINDS = ("unsharded", "raw", "sequence", "fsdp")
 
 
 def _entries(new_tokens):
@@ -91,10 +95,11 @@ def bench_worker(ctx):
             fsdp.after = lambda conf=fsdp: conf.per_call.append(ctx.stats())
             confs["%d:unsharded" % i] = bc.CallConfig(lambda f=m_orig, args=args: f(*args))
             confs["%d:raw" % i] = bc.CallConfig(raw)
+            confs["%d:sequence" % i] = bc.CallConfig(lambda f=m_orig, args=args, raw=raw: (raw(), f(*args))[1])
             confs["%d:fsdp" % i] = fsdp
             info[i] = {"stats": s, "raw_bytes_per_rank": per_rank,
                        "bitwise_equal": bool(torch.equal(out_sh, m_orig(*args)))}
-        # One entry call after the other, each timed interleaved with its two baselines: a
+        # One entry call after the other, each timed interleaved with its three baselines: a
         # program calling one entry method over and over (a Python loop calling generate per
         # token), whose collectives repeat call after call.
         for i in bc.rotated(list(info), a.get("offset", 0)):
@@ -205,21 +210,25 @@ def main(argv=None):
                        "ms": ms, "cpu_ms": cpu,
                        "ms_all": {k: [1e3 * t for t in per_call[label]["%d:%s" % (i, k)]] for k in KINDS},
                        "baseline_ms": base, "ratio": ms["fsdp"] / base if base else float("nan"),
+                       "ratio_to_sequence": ms["fsdp"] / ms["sequence"] if ms["sequence"] else float("nan"),
                        "all_gathers": info["all_gathers"], "agreements": info["agreements"],
                        "bytes_gathered": info["bytes_gathered"], "raw_bytes_per_rank": info["raw_bytes_per_rank"],
                        "predicted_gathers": predicted.get(method), "bitwise_equal": equal}
                 rows.append(row)
                 lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
-                              "%.3f" % ms["raw"], "%.3f" % base, "%.3f" % ms["fsdp"], "%.2f" % row["ratio"],
+                              "%.3f" % ms["raw"], "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
+                              "%.2f" % row["ratio"], "%.2f" % row["ratio_to_sequence"],
                               "%s + %s" % (fmt_count(row["all_gathers"]), fmt_count(row["agreements"])),
                               fmt_bytes(row["bytes_gathered"]), "yes" if equal else "NO"))
-        head = ("entry call", "unsharded ms", "raw all-gather ms", "sum ms", "fsdp-opt ms", "ratio",
+        head = ("entry call", "unsharded ms", "raw all-gather ms", "sum ms", "raw then unsharded ms", "fsdp-opt ms",
+                "ratio", "ratio to sequence",
                 "gathers + agreements", "bytes gathered", "output == unsharded")
         table = bc.print_table(head, lines)
         n_timed = len(per_call[libs[0][0]]["0:fsdp"])
         print("ms: median over %d timed calls (%d rounds x %d) of the slower rank's wall time, after %d warmup "
               "calls each; raw all-gather: one torch.distributed all_gather_into_tensor (gloo) of the call's "
-              "bytes; ratio = fsdp-opt / sum; gathers + agreements: the collectives of one fsdp-opt call "
+              "bytes; raw then unsharded: the two as one timed call; ratio = fsdp-opt / sum; ratio to sequence = "
+              "fsdp-opt / raw then unsharded; gathers + agreements: the collectives of one fsdp-opt call "
               "(fsdp::stats() all_gathers, agreements); %.0f s in all" % (n_timed, a.rounds, a.repeats, a.warmup, wall_s))
         for row in rows:
             ok = row["ratio"] <= 1.2

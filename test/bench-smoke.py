@@ -102,9 +102,9 @@
 # ENTRY-NEXT: |---
 # Every call holds the whole model for the call (plan-gather-lifetimes), one bucket, and its loop
 # needs no agreement: 1 + 0 whatever the number of tokens.
-# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / lockstep, / FSDP2 T, CPU ms, then all-gathers,
 # other collectives, bytes gathered, peak unsharded, tokens equal.
