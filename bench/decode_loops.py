@@ -24,6 +24,9 @@ every rank decodes exactly --new-tokens, --hf-new-tokens for (f)):
   fsdp-opt    fsdp-opt MODEL --world-size=2 <unit flags> (decoders.KV_UNIT_FLAGS: the root, every
               Block, head_a, head_b; decoders.HF_UNIT_FLAGS: the GPT2LMHeadModel and every
               GPT2Block), default pipeline, no budget
+  scoped      the no-budget rank files, each call inside `with fsdp_opt.unsharded(model):` (entered
+              and left outside the timed call): the rewritten program alone, no collective in
+              the call. Against `unsharded`: what the rewrite costs besides its one gather
   budget      the same with --max-unsharded-bytes = the smallest budget any schedule can keep
               (fsdp-opt --max-unsharded-bytes=1 names it): root + one layer
   FSDP2 T     eager FSDP2: fully_shard on every unit fsdp-opt has (the Blocks and both heads, or
@@ -82,6 +85,7 @@ KINDS = {
     "unsharded": "unsharded, scripted",
     "eager": "unsharded, eager",
     "fsdp_opt": "fsdp-opt, no budget",
+    "scoped": "fsdp-opt, inside unsharded",
     "budget": "fsdp-opt, root + 1 layer",
     "fsdp2_t": "FSDP2, reshard=True",
     "fsdp2_f": "FSDP2, reshard=False",
@@ -124,6 +128,16 @@ def _eager_gpt2(a):
     return model.eval()
 
 
+def _runtime_counts(per_call):
+    """Per call, from fsdp::stats() read after each timed call (zeroed before it)."""
+    n = len(per_call)
+    return {"all_gathers": sum(s["all_gathers"] for s in per_call) / n,
+            "other": {"agreements": sum(s["agreements"] for s in per_call) / n},
+            "bytes_gathered": sum(s["bytes_gathered"] for s in per_call) / n,
+            "peak_unsharded_bytes": max(s["peak_unsharded_bytes"] for s in per_call),
+            "left_unsharded": max(s["unsharded_bytes"] for s in per_call)}
+
+
 def _setup(ctx, cfg, a, prompts):
     import torch
     loop, kind = cfg.split("/")
@@ -135,21 +149,31 @@ def _setup(ctx, cfg, a, prompts):
         model = torch.jit.load(a["models"][model_key])
         return bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
 
+    if kind == "scoped":
+        import fsdp_harness
+        fsdp_opt = fsdp_harness.fsdp_opt_package()
+        model = ctx.load(os.path.join(a["dirs"][model_key]["nobudget"], "rank%d.pt" % ctx.rank))
+        scope = fsdp_opt.unsharded(model)
+        conf = bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
+
+        def enter():
+            scope.__enter__()
+            ctx.reset_stats()
+
+        def leave():
+            conf.per_call.append(ctx.stats())
+            scope.__exit__(None, None, None)
+        conf.before, conf.after = enter, leave
+        conf.counts = lambda: _runtime_counts(conf.per_call)
+        return conf
+
     if kind in OURS:
         model = ctx.load(os.path.join(a["dirs"][model_key][OURS[kind]], "rank%d.pt" % ctx.rank))
         conf = bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
         # The runtime's counters are process-wide: zero them before each call, read after.
         conf.before = ctx.reset_stats
         conf.after = lambda: conf.per_call.append(ctx.stats())
-
-        def counts():
-            n = len(conf.per_call)
-            return {"all_gathers": sum(s["all_gathers"] for s in conf.per_call) / n,
-                    "other": {"agreements": sum(s["agreements"] for s in conf.per_call) / n},
-                    "bytes_gathered": sum(s["bytes_gathered"] for s in conf.per_call) / n,
-                    "peak_unsharded_bytes": max(s["peak_unsharded_bytes"] for s in conf.per_call),
-                    "left_unsharded": max(s["unsharded_bytes"] for s in conf.per_call)}
-        conf.counts = counts
+        conf.counts = lambda: _runtime_counts(conf.per_call)
         return conf
 
     if model_key == "kv":
@@ -457,9 +481,21 @@ def main(argv=None):
             "%s %s %s/%s" % (LOOPS[r["loop"]][2], "budget" if r["kind"] == "budget" else "no budget",
                              r["predicted_gathers"], fmt_count(r["all_gathers"]))
             for r in rows.values() if r["kind"] in OURS))
-        counts_ok = all(r["predicted_gathers"] == r["all_gathers"] and not r["left_unsharded_bytes"]
-                        for r in rows.values() if r["kind"] in OURS)
-        print("fsdp-opt counts: %s" % ("as --stats predicts, nothing left unsharded after a call" if counts_ok
+        for loop in loops:
+            r = {k: rows.get(config_name(loop, k)) for k in ("unsharded", "scoped", "fsdp_opt")}
+            if not (r["scoped"] and r["fsdp_opt"]):
+                continue
+            u, g = r["unsharded"]["ms"], probe_ms[LOOPS[loop][0]]
+            print("gap %-13s fsdp-opt %.1f ms = %.2fx unsharded; inside unsharded (the rewrite, no collective) "
+                  "%.2fx; unsharded + one raw all-gather %.2fx; the rest %.1f ms"
+                  % (LOOPS[loop][2], r["fsdp_opt"]["ms"], r["fsdp_opt"]["ms"] / u, r["scoped"]["ms"] / u, (u + g) / u,
+                     r["fsdp_opt"]["ms"] - r["scoped"]["ms"] - g))
+        # Inside a scope the calls gather nothing (docs/runtime.md, "Unshard scopes").
+        counts_ok = all((r["predicted_gathers"] == r["all_gathers"] and not r["left_unsharded_bytes"])
+                        if r["kind"] in OURS else r["all_gathers"] == 0
+                        for r in rows.values() if r["kind"] in OURS or r["kind"] == "scoped")
+        print("fsdp-opt counts: %s" % ("as --stats predicts, nothing left unsharded after a call, none inside a scope"
+                                       if counts_ok
                                        else "DIFFER from --stats or something stayed unsharded"))
         same_kv = sorted({str(rows[config_name(lp, "unsharded")]["tokens"]) for lp in loops if lp in "abcd"})
         if len(same_kv) > 1:
