@@ -27,6 +27,12 @@ void CollectiveBackend::checkAllGatherArgs(const at::Tensor& input,
   FSDP_CHECK(input.device() == output.device(), ErrorKind::kInternal, "backend ", name(),
              ": input and output of allGatherBytes are on different devices (", input.device(),
              " vs ", output.device(), ")");
+  const auto* in = static_cast<const uint8_t*>(input.data_ptr());
+  const auto* out = static_cast<const uint8_t*>(output.data_ptr());
+  const int64_t n = input.numel();
+  const bool disjoint = in + n <= out || out + output.numel() <= in;
+  FSDP_CHECK(disjoint || in == out + rank() * n, ErrorKind::kInternal, "backend ", name(),
+             ": allGatherBytes input overlaps its output other than as rank ", rank(), "'s slot");
 }
 
 std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesAsync(const at::Tensor&,

@@ -63,8 +63,9 @@ class CollectiveBackend {
 
   /// Starts gathering `input` (contiguous uint8, n bytes, the same n on every rank) from every
   /// rank into `output` (contiguous uint8, size() * n bytes): rank r's bytes land at
-  /// [r*n, (r+1)*n). Both must stay alive until wait() returns; wait() throws on failure or
-  /// timeout.
+  /// [r*n, (r+1)*n). `input` may be this rank's slot of `output` (in place, as the CPU data
+  /// path packs it); no other overlap. Both must stay alive until wait() returns; wait() throws
+  /// on failure or timeout.
   virtual std::unique_ptr<PendingCollective> allGatherBytesAsync(const at::Tensor& input,
                                                                  const at::Tensor& output);
 

@@ -47,8 +47,8 @@ class CopyOnlyUnshard final : public PendingUnshard {
   int64_t bytesPerRank() const override { return 0; }
 };
 
-// CPU, world size > 1: cast (at::Tensor::to) and pack every shard into one byte buffer, one
-// asynchronous byte all-gather of those buffers on the backend that serves CPU tensors, unpack
+// CPU, world size > 1: cast (at::Tensor::to) and pack every shard into this rank's slot of the
+// receive buffer, one asynchronous in-place byte all-gather of those slots on the backend that serves CPU tensors, unpack
 // into the full tensors at finish(). Ahead of it, the envelope with the gather's fingerprint
 // (envelope.h), checked before the payload's all-gather is issued; the shards are packed while
 // it is on its way. A payload that fits in the envelope (always one of at most 448 bytes, and
@@ -83,9 +83,11 @@ class HostCollectiveUnshard final : public PendingUnshard {
       chunkStride_ = envelope->bytes();
       chunkOffset_ = static_cast<int64_t>(fingerprint::kHeaderBytes);
     } else {
-      send_ = pooledEmptyCpu({bytes}, at::kByte);
       recv_ = pooledEmptyCpu({layout_.gatheredBytes()}, at::kByte);
       chunkStride_ = bytes;
+      // In place: the shards are packed straight into this rank's slot of the receive buffer,
+      // which the backend sends from (a large gather broadcasts each slot where it lies).
+      send_ = recv_.narrow(0, backend_->rank() * bytes, bytes);
       pack(req, send_.data_ptr());  // while the envelope is on its way
     }
     if (req.asyncStart) {
@@ -172,7 +174,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
 
   layout::PackLayout layout_;
   std::shared_ptr<CollectiveBackend> backend_;
-  at::Tensor send_;  // undefined when the payload rides in its envelope
+  at::Tensor send_;  // this rank's slot of recv_; undefined when the payload rides in its envelope
   at::Tensor recv_;  // every rank's packed chunk: the payload's receive buffer, or the envelopes'
   int64_t chunkStride_ = 0;  // rank r's packed chunk is at recv_ + chunkOffset_ + r * chunkStride_
   int64_t chunkOffset_ = 0;
