@@ -149,31 +149,25 @@ def _setup(ctx, cfg, a, prompts):
         model = torch.jit.load(a["models"][model_key])
         return bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
 
-    if kind == "scoped":
-        import fsdp_harness
-        fsdp_opt = fsdp_harness.fsdp_opt_package()
-        model = ctx.load(os.path.join(a["dirs"][model_key]["nobudget"], "rank%d.pt" % ctx.rank))
-        scope = fsdp_opt.unsharded(model)
-        conf = bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
-
-        def enter():
-            scope.__enter__()
-            ctx.reset_stats()
-
-        def leave():
-            conf.per_call.append(ctx.stats())
-            scope.__exit__(None, None, None)
-        conf.before, conf.after = enter, leave
-        conf.counts = lambda: _runtime_counts(conf.per_call)
-        return conf
-
-    if kind in OURS:
-        model = ctx.load(os.path.join(a["dirs"][model_key][OURS[kind]], "rank%d.pt" % ctx.rank))
+    if kind in OURS or kind == "scoped":
+        model = ctx.load(os.path.join(a["dirs"][model_key][OURS.get(kind, "nobudget")], "rank%d.pt" % ctx.rank))
         conf = bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
         # The runtime's counters are process-wide: zero them before each call, read after.
         conf.before = ctx.reset_stats
         conf.after = lambda: conf.per_call.append(ctx.stats())
         conf.counts = lambda: _runtime_counts(conf.per_call)
+        if kind == "scoped":  # the same calls, each inside an unshard scope opened before it
+            import fsdp_harness
+            scope = fsdp_harness.fsdp_opt_package().unsharded(model)
+
+            def enter():
+                scope.__enter__()
+                ctx.reset_stats()
+
+            def leave():
+                conf.per_call.append(ctx.stats())
+                scope.__exit__(None, None, None)
+            conf.before, conf.after = enter, leave
         return conf
 
     if model_key == "kv":
