@@ -48,10 +48,10 @@ class CopyOnlyUnshard final : public PendingUnshard {
 };
 
 // CPU, world size > 1: cast (at::Tensor::to) and pack every shard into this rank's slot of the
-// receive buffer, one asynchronous in-place byte all-gather of those slots on the backend that serves CPU tensors, unpack
-// into the full tensors at finish(). Ahead of it, the envelope with the gather's fingerprint
-// (envelope.h), checked before the payload's all-gather is issued; the shards are packed while
-// it is on its way. A payload that fits in the envelope (always one of at most 448 bytes, and
+// receive buffer, one asynchronous in-place byte all-gather of those slots on the backend that
+// serves CPU tensors, unpack into the full tensors at finish(). Ahead of it, the envelope with
+// the gather's fingerprint (envelope.h), checked before the payload's all-gather is issued; the
+// shards are packed while it is on its way. A payload that fits in the envelope (always one of at most 448 bytes, and
 // any payload of up to 1 MiB once the collectives before it repeat) is packed into it and needs
 // no all-gather of its own; it is unpacked from every rank's envelope once the fingerprints
 // matched. all_gather_start leaves both the check and the payload to the issuer thread

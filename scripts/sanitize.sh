@@ -11,9 +11,9 @@
 # on 1..4 processes (gather, nested, split start/wait, mixed precision, the host buffer pool in a
 # steady state, a peer dying mid-start, fsdp::rank_any on ranks whose data differ), fsdp-run's
 # launcher (bitwise checks, a rank that raises, wrong files, bad input), and fsdp-opt's passes
-# and shard writer on the GPT, a ResNet
-# and a ViT run bitwise on 2 ranks, plus the lit tests of the passes that move, bucket and
-# guard gathers (hoist, prefetch, reshard-on-raise, rank-uniform-control-flow) and --stats.
+# and shard writer on the GPT, a ResNet and a ViT run bitwise on 2 ranks, plus the lit tests of
+# the passes that move, bucket and guard gathers (hoist, prefetch, reshard-on-raise,
+# rank-uniform-control-flow) and --stats.
 #
 # Why t113: Debian's LibTorch is what CI builds first and has the smaller link; the code under
 # test (passes, runtime, tools) is the same on both legs. Python is not instrumented: tests that

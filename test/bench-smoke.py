@@ -23,8 +23,7 @@
 # layer, and under FSDP2 reshard True and False (Hugging Face's generate for (f)): every row's
 # tokens equal its loop's unsharded run on both ranks, fsdp-opt gathers once per call without a
 # budget (none at all inside `fsdp_opt.unsharded`) and 1 + 4 x (2 layers + head) = 13 times with it
-# (GPT-2: 1 + 4 x 2 = 9), as --stats
-# predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
+# (GPT-2: 1 + 4 x 2 = 9), as --stats predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
 # first token), at FSDP2 reshard=True's peak; shard_model.py shards a 64 MiB GPT at W=2 and W=8 with
 # fsdp-opt beside torch.jit.load + save in processes of their own, and every rank file's tensors
 # are bitwise the model's shards; hsdp.py runs generate under a budget and a training step at W=4
