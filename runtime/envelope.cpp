@@ -122,7 +122,10 @@ void Envelope::issue(const at::Tensor* inlinePayload, const PayloadWriter* write
   }
   const fingerprint::Header h = fingerprint::headerOf(
       identity_, sequence_, rank_, inline_ ? static_cast<uint64_t>(payload) : 0, capacity);
-  at::Tensor mine = pooledEmptyCpu({bytes_}, at::kByte);
+  // On the host the envelope is written straight into this rank's slot of the receive buffer,
+  // which the backend sends from (a broadcast-based gather moves each slot where it lies).
+  if (device_.is_cpu()) recv_ = pooledEmptyCpu({world_ * bytes_}, at::kByte);
+  at::Tensor mine = device_.is_cpu() ? recv_.narrow(0, rank_ * bytes_, bytes_) : pooledEmptyCpu({bytes_}, at::kByte);
   auto* out = static_cast<unsigned char*>(mine.data_ptr());
   fingerprint::encode(h, out);
   int64_t used = header;
@@ -137,7 +140,6 @@ void Envelope::issue(const at::Tensor* inlinePayload, const PayloadWriter* write
   std::memset(out + used, 0, static_cast<size_t>(bytes_ - used));
   if (device_.is_cpu()) {
     send_ = mine;
-    recv_ = pooledEmptyCpu({world_ * bytes_}, at::kByte);
   } else {
     send_ = mine.to(device_);
     recv_ = at::empty({world_ * bytes_}, send_.options());
