@@ -4,6 +4,12 @@
 // (rank r's shard) and the root's rank attributes differ. So the writer swaps shards into the
 // slots, saves, and moves on; every slot of a tied parameter gets the SAME shard tensor, which
 // TorchScript's pickler stores once and loads as one tensor, so ties survive.
+//
+// Since only the data archive (data.pkl and its tensors) differs between ranks, rank 0 is saved
+// by torch::jit::save and every later rank takes its code, debug and constants records from rank
+// 0's file instead of printing the same code again (saveReusingCode): at W = 8 printing and
+// compressing the code was about a seventh of a run. It is used only once pickling rank 0's
+// module here has given exactly the data.pkl torch wrote for it.
 #include <fsdp_opt/passes/deferred_load.h>
 #include <fsdp_opt/passes/output.h>
 
@@ -11,7 +17,10 @@
 #include "../ir/module_tree.h"
 
 #include <ATen/ATen.h>
+#include <caffe2/serialize/inline_container.h>
 #include <torch/csrc/jit/serialization/export.h>
+#include <torch/csrc/jit/serialization/pickler.h>
+#include <torch/csrc/jit/serialization/type_name_uniquer.h>
 
 #include <nlohmann/json.hpp>
 
@@ -19,6 +28,7 @@
 #if defined(__GLIBC__)
 #include <malloc.h>
 #endif
+#include <cstring>
 #include <fstream>
 #include <stdexcept>
 #include <system_error>
@@ -107,7 +117,77 @@ void makeRankModuleIndexed(torch::jit::Module& module, const ModuleIndex& index,
   setRankAttributes(module, mesh, rank);
 }
 
+// Records a PyTorchStreamWriter writes by itself when the archive is finished.
+bool writtenByTheWriter(const std::string& record) {
+  return record == "version" || record == ".data/version" || record == "byteorder" ||
+         record == ".data/serialization_id";
+}
+
+bool isDataRecord(const std::string& record) {
+  return record == "data.pkl" || record.rfind("data/", 0) == 0;
+}
+
+// The data archive of `module` as torch::jit::save pickles it: data.pkl, whose tensors are the
+// records data/0, data/1, ... in the order the pickler meets their storages, and classes named
+// by a type-name uniquer of its own. The saver's uniquer also meets them first here, before it
+// prints any code, so the names are the ones the saver's code records declare.
+struct DataArchive {
+  std::vector<char> pickle;
+  std::vector<at::Tensor> tensors;  // data/<i> holds tensors[i]'s storage
+};
+
+DataArchive pickleDataArchive(const torch::jit::Module& module) {
+  DataArchive archive;
+  torch::jit::TypeNameUniquer uniquer;
+  std::vector<c10::ClassTypePtr> classes;
+  size_t storages = 0;
+  torch::jit::Pickler pickler(
+      [&](const char* bytes, size_t size) { archive.pickle.insert(archive.pickle.end(), bytes, bytes + size); },
+      /*tensor_table=*/nullptr, [&](const c10::ClassTypePtr& type) { return uniquer.getUniqueName(type); },
+      &classes, [&](const at::Tensor&) { return std::to_string(storages++); });
+  pickler.protocol();
+  pickler.pushIValue(module._ivalue());
+  pickler.stop();
+  archive.tensors = pickler.tensorData();
+  return archive;
+}
+
 }  // namespace
+
+bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFile) {
+  try {
+    caffe2::serialize::PyTorchStreamReader reader(savedFile);
+    size_t dataRecords = 0;
+    for (const std::string& record : reader.getAllRecords()) {
+      if (record.rfind("data/", 0) == 0) ++dataRecords;
+    }
+    const DataArchive archive = pickleDataArchive(module);
+    const auto [saved, size] = reader.getRecord("data.pkl");
+    return archive.tensors.size() == dataRecords && size == archive.pickle.size() &&
+           std::memcmp(saved.get(), archive.pickle.data(), size) == 0;
+  } catch (const std::exception&) {
+    return false;  // an archive this torch cannot read back: no sharing
+  }
+}
+
+void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path) {
+  caffe2::serialize::PyTorchStreamReader source(codeSource);
+  caffe2::serialize::PyTorchStreamWriter writer(path);
+  const DataArchive archive = pickleDataArchive(module);
+  for (size_t i = 0; i < archive.tensors.size(); ++i) {
+    const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(archive.tensors[i]);
+    writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  writer.writeRecord("data.pkl", archive.pickle.data(), archive.pickle.size());
+  // Stored, not compressed again: tens of KiB of code, and compressing it was most of its cost.
+  for (const std::string& record : source.getAllRecords()) {
+    if (isDataRecord(record) || writtenByTheWriter(record)) continue;
+    const auto [bytes, size] = source.getRecord(record);
+    writer.writeRecord(record, bytes.get(), size);
+  }
+  writer.setMinVersion(source.version());
+  writer.writeEndOfFile();
+}
 
 at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, const ParameterBytes* bytes) {
   at::NoGradGuard noGrad;
@@ -182,11 +262,18 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
     }
   };
   try {
+    std::string codeSource;  // rank 0's file, once its data archive pickles here as torch wrote it
     for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
       makeRankModuleIndexed(module, index, plan, mesh, rank, nullptr, bytes);
       module.setattr(kManifestHashAttr, manifestSha256);
       materializeReachable(module, bytes);
-      module.save((temporary / rankFileName(rank)).string());
+      const std::string file = (temporary / rankFileName(rank)).string();
+      if (!codeSource.empty()) {
+        saveReusingCode(module, codeSource, file);
+      } else {
+        module.save(file);
+        if (picklesAsSaved(module, file)) codeSource = file;
+      }
       restoreSlots();
       returnFreedMemory();
       if (bytes) bytes->releasePages();

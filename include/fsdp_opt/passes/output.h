@@ -47,6 +47,17 @@ using FullTensorOf = std::function<const at::Tensor&(const GroupParam&)>;
 void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh, int64_t rank,
                     const FullTensorOf& fullOf = nullptr, const ParameterBytes* bytes = nullptr);
 
+// Whether pickling `module`'s data archive (data.pkl and its tensor records) gives exactly what
+// torch::jit::save wrote into `savedFile` for it: then saveReusingCode can save a module of the
+// same types beside it.
+bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFile);
+
+// Saves `module` to `path` as torch::jit::save would, printing no code: its data archive is
+// pickled anew and every other record (code, debug info, constants, version) is copied from
+// `codeSource`, a file torch::jit::save wrote for a module of the same types, for which
+// picklesAsSaved held. Code records are stored uncompressed.
+void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path);
+
 // world size 1: one TorchScript archive at `path`, parameters whole.
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
                      const std::string& path, ParameterBytes* bytes = nullptr);

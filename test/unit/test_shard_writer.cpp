@@ -1,0 +1,166 @@
+// A rank file saved with rank 0's code records (passes/output/shard_writer.cpp, saveReusingCode)
+// holds, record for record, what torch::jit::save writes for that rank's module; fsdp-opt's rank
+// files after the first take that path and load as the rank's module.
+#include <fsdp_opt/fsdp_opt.h>
+#include <fsdp_opt/format.h>
+#include <fsdp_opt/passes/output.h>
+
+#include <caffe2/serialize/inline_container.h>
+#include <gtest/gtest.h>
+#include <torch/script.h>
+
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace {
+
+namespace fs = std::filesystem;
+
+// Two classes of one name (the second is mangled), a parameter tied across two units, a buffer
+// and a plain attribute: everything whose naming or sharing the data archive must reproduce.
+torch::jit::Module makeModel() {
+  torch::manual_seed(0);
+  const at::Tensor tied = torch::randn({7, 4});
+  torch::jit::Module first("__torch__.WriterTestLayer");
+  first.register_parameter("w", tied, false);
+  first.register_buffer("scale", torch::randn({7}));
+  first.define("def forward(self, x):\n    return torch.matmul(x, self.w.t()) * self.scale\n");
+  torch::jit::Module second("__torch__.WriterTestLayer");
+  second.register_parameter("w", torch::randn({4, 7}), false);
+  second.register_parameter("tied", tied, false);
+  second.register_attribute("steps", c10::IntType::get(), int64_t(3));
+  second.define(
+      "def forward(self, x):\n"
+      "    y = torch.tanh(torch.matmul(x, self.w.t()))\n"
+      "    return y + torch.matmul(torch.matmul(y, self.tied.t()), self.tied).sum() * self.steps\n");
+  torch::jit::Module root("__torch__.WriterTestRoot");
+  root.register_parameter("bias", torch::randn({4}), false);
+  root.register_module("first", first);
+  root.register_module("second", second);
+  root.define("def forward(self, x):\n    return self.second.forward(self.first.forward(x)) + self.bias\n");
+  return root;
+}
+
+std::map<std::string, std::vector<char>> recordsOf(const std::string& file) {
+  caffe2::serialize::PyTorchStreamReader reader(file);
+  std::map<std::string, std::vector<char>> records;
+  for (const std::string& name : reader.getAllRecords()) {
+    if (name == ".data/serialization_id") continue;  // differs between any two saves
+    const auto [data, size] = reader.getRecord(name);
+    const char* bytes = static_cast<const char*>(data.get());
+    records[name] = std::vector<char>(bytes, bytes + size);
+  }
+  return records;
+}
+
+class ShardWriterTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string pattern = (fs::temp_directory_path() / "fsdp-shard-writer-XXXXXX").string();
+    ASSERT_NE(mkdtemp(pattern.data()), nullptr);
+    dir_ = pattern;
+  }
+  void TearDown() override { fs::remove_all(dir_); }
+  fs::path dir_;
+};
+
+fsdp_opt::TransformResult transformed(int64_t world, fsdp_opt::PipelineOptions& options) {
+  options.unitPatterns = {".", "first", "second"};
+  options.worldSize = world;
+  return fsdp_opt::transform(makeModel(), options);
+}
+
+std::string rankFile(const fs::path& dir, int64_t rank) {
+  fs::create_directories(dir);
+  return (dir / ("rank" + std::to_string(rank) + ".pt")).string();  // records are named after it
+}
+
+// Both saves of a rank's module are made in the same state: the pickler memoises an object only
+// while something else references it, so the encoding (not the meaning) of data.pkl follows the
+// references the caller holds.
+TEST_F(ShardWriterTest, SavesWhatTorchSavesForEveryRank) {
+  const int64_t world = 3;
+  fsdp_opt::PipelineOptions options;
+  fsdp_opt::TransformResult result = transformed(world, options);
+  ASSERT_TRUE(result.ok);
+  const std::string codeSource = rankFile(dir_ / "torch", 0);
+  for (int64_t rank = 0; rank < world; ++rank) {
+    fsdp_opt::makeRankModule(result.module, *result.plan, fsdp_opt::Mesh{world, world}, rank);
+    const std::string bySave = rankFile(dir_ / "torch", rank);
+    result.module.save(bySave);
+    if (rank == 0) ASSERT_TRUE(fsdp_opt::picklesAsSaved(result.module, codeSource));
+    const std::string reusing = rankFile(dir_ / "reusing", rank);
+    fsdp_opt::saveReusingCode(result.module, codeSource, reusing);
+
+    const auto want = recordsOf(bySave);
+    const auto got = recordsOf(reusing);
+    EXPECT_EQ(got.size(), want.size()) << "rank " << rank;
+    for (const auto& [name, bytes] : want) {
+      auto it = got.find(name);
+      ASSERT_NE(it, got.end()) << "rank " << rank << " lacks record " << name;
+      EXPECT_EQ(it->second, bytes) << "rank " << rank << ", record " << name;
+    }
+  }
+}
+
+TEST_F(ShardWriterTest, RankFilesAfterTheFirstReuseItsCode) {
+  const int64_t world = 3;
+  fsdp_opt::PipelineOptions options;
+  fsdp_opt::TransformResult result = transformed(world, options);
+  ASSERT_TRUE(result.ok);
+  const fs::path out = dir_ / "sharded";
+  fsdp_opt::writeOutput(result, options, out.string());
+
+  const auto first = recordsOf((out / "rank0.pt").string());
+  for (int64_t rank = 0; rank < world; ++rank) {
+    const std::string written = (out / ("rank" + std::to_string(rank) + ".pt")).string();
+    if (rank > 0) {
+      for (const auto& [name, bytes] : recordsOf(written)) {
+        if (name.rfind("code/", 0) == 0 || name == "constants.pkl") {
+          EXPECT_EQ(bytes, first.at(name)) << "rank " << rank << ", record " << name;
+        }
+      }
+      // Rank 0 is torch's own save, which compresses code; the others store it as it is.
+      EXPECT_GT(fs::file_size(written), fs::file_size(out / "rank0.pt")) << "rank " << rank;
+    }
+    torch::jit::Module loaded = torch::jit::load(written);
+    fsdp_opt::makeRankModule(result.module, *result.plan, fsdp_opt::Mesh{world, world}, rank);
+    EXPECT_EQ(loaded.attr(fsdp_opt::kRankAttr).toInt(), rank);
+    EXPECT_EQ(loaded.attr("second").toModule().attr("steps").toInt(), 3);
+    const auto want = result.module.named_parameters();
+    const auto got = loaded.named_parameters();
+    ASSERT_EQ(got.size(), want.size());
+    for (const auto& p : want) {
+      bool found = false;
+      for (const auto& q : got) {
+        if (q.name != p.name) continue;
+        found = true;
+        EXPECT_TRUE(q.value.sizes() == p.value.sizes() && q.value.equal(p.value)) << "rank " << rank << ", " << p.name;
+      }
+      EXPECT_TRUE(found) << "rank " << rank << " lacks " << p.name;
+    }
+    EXPECT_TRUE(loaded.attr("first").toModule().attr("scale").toTensor().equal(
+        result.module.attr("first").toModule().attr("scale").toTensor()));
+    // A tie survives: one tensor in both slots.
+    EXPECT_TRUE(loaded.attr("first").toModule().attr("w").toTensor().is_same(
+        loaded.attr("second").toModule().attr("tied").toTensor()));
+  }
+}
+
+TEST_F(ShardWriterTest, PicklingAnotherModuleDoesNotMatchTheSavedArchive) {
+  const std::string saved = (dir_ / "model.pt").string();
+  torch::jit::Module model = makeModel();
+  model.save(saved);
+  EXPECT_TRUE(fsdp_opt::picklesAsSaved(model, saved));
+  model.setattr("bias", torch::zeros({4}));  // other bytes behind the same pickle
+  EXPECT_TRUE(fsdp_opt::picklesAsSaved(model, saved));
+  model.attr("second").toModule().setattr("steps", int64_t(300));  // another pickle
+  EXPECT_FALSE(fsdp_opt::picklesAsSaved(model, saved));
+  EXPECT_FALSE(fsdp_opt::picklesAsSaved(model, (dir_ / "missing.pt").string()));
+}
+
+}  // namespace
