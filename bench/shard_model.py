@@ -6,7 +6,9 @@
 The model is a scripted GPT of at least 1 GiB (fsdp_models.GPT: 22 layers, d=1024, vocabulary
 8192; root and every block a unit, generate registered), saved once into the scratch directory
 and read once before the first round, so that every configuration finds it in the page cache.
-Configurations, each run --rounds times, interleaved (the order rotates every round):
+Configurations, each run --rounds times, interleaved (the order rotates every round); before
+each command, untimed, its previous output is deleted and the page cache's dirty pages written
+back (os.sync), so that no command pays for another's writeback:
 
   load+save    python: torch.jit.load(model), then .save() to another file. Two figures: the
                process's wall time (what `python script.py` costs, interpreter and torch import
@@ -82,6 +84,21 @@ def run_with_rusage(cmd):
             int(fields["rc"]))
 
 
+def settle(output, keep):
+    """Before a timed command, untimed: its output of an earlier round deleted and every dirty
+    page written back, so that no command pays for another's writeback or deletes a GiB of its
+    own previous output (the kernel's writeback after a run that wrote 1 GiB moved the next
+    run's wall time by seconds, in both directions)."""
+    import shutil
+    if output is None or keep:
+        pass
+    elif os.path.isdir(output):
+        shutil.rmtree(output)
+    elif os.path.exists(output):
+        os.remove(output)
+    os.sync()
+
+
 def make_model(path, a):
     import fsdp_models as fm
     model = fm.GPT(vocab_size=a.vocab, block_size=64, n_layer=a.n_layer, n_head=16, n_embd=a.n_embd, seed=0)
@@ -120,6 +137,9 @@ def main():
     p.add_argument("--n-embd", type=int, default=1024)
     p.add_argument("--vocab", type=int, default=8192)
     p.add_argument("--worlds", default="2,8")
+    p.add_argument("--rerun", action="store_true",
+                   help="leave each command's output of the round before in place (a command run again: "
+                        "load+save overwrites its file, fsdp-opt replaces its directory); only the sync")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot-from", metavar="LABEL=JSON,...",
@@ -159,15 +179,19 @@ def main():
         peaks = {c: 0 for c in configs}
         for rnd in range(a.rounds):
             for c in bc.rotated(configs, rnd):
+                output = None
                 if c == "load+save":
-                    cmd = [sys.executable, "-c", LOAD_SAVE, model_pt, os.path.join(work, "resaved.pt")]
+                    output = os.path.join(work, "resaved.pt")
+                    cmd = [sys.executable, "-c", LOAD_SAVE, model_pt, output]
                 elif c.startswith("libraries: python"):
                     cmd = [sys.executable, "-c", "import torch"]
                 elif c.startswith("libraries: fsdp-opt"):
                     cmd = [tool, "--version"]
                 else:
                     w = int(c.split("=")[1])
-                    cmd = [tool, model_pt, "--world-size=%d" % w, "-o", os.path.join(work, "w%d" % w)]
+                    output = os.path.join(work, "w%d" % w)
+                    cmd = [tool, model_pt, "--world-size=%d" % w, "-o", output]
+                settle(output, a.rerun)
                 wall, peak, out, rc = run_with_rusage(cmd)
                 if rc != 0:
                     sys.exit("error: %s exited %d: %s" % (c, rc, " ".join(cmd)))
@@ -211,7 +235,7 @@ def main():
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"model_bytes": model_bytes, "n_layer": a.n_layer, "n_embd": a.n_embd, "vocab": a.vocab,
-                           "rounds": a.rounds, "commit": bc.git_head(bc.ROOT), "cpu": bc.cpu_model(),
+                           "rounds": a.rounds, "rerun": a.rerun, "commit": bc.git_head(bc.ROOT), "cpu": bc.cpu_model(),
                            "load_save_calls_s": base_calls, "rows": rows,
                            "targets": targets, "exact": {str(w): v for w, v in exact.items()}}, f, indent=2)
         return 0 if all(exact.values()) else 1
