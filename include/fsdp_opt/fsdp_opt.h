@@ -19,6 +19,7 @@
 
 #include <torch/csrc/jit/api/module.h>
 
+#include <future>
 #include <memory>
 #include <optional>
 #include <string>
@@ -62,6 +63,10 @@ struct ModuleSource {
   std::string sha256;  // of the input file; empty: of the module as serialised in memory
   // Where the bytes of parameters loaded unread are (loadDeferringParameters); null: in memory.
   std::shared_ptr<ParameterBytes> parameters;
+  // The input file's hash while it is still being computed (fsdp-opt -o starts it beside the
+  // load and the pipeline); used when sha256 is empty. The writer waits for it only when a rank
+  // file first needs the manifest's hash, after that file's tensors are written.
+  std::shared_future<std::string> pendingSha256;
 };
 
 // Writes the result of a transform as `fsdp-opt -o` does (fsdp-opt calls it): DIR/rank{r}.pt

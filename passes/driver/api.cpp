@@ -57,21 +57,25 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
                              ", which gives every rank file its rank check; add it to --passes");
   }
   std::string sha256 = source.sha256;
-  if (sha256.empty() && source.parameters) {
+  const bool pending = sha256.empty() && source.pendingSha256.valid();
+  if (sha256.empty() && !pending && source.parameters) {
     throw std::logic_error("writeOutput: a module loaded with deferred parameters needs its input's sha256");
   }
-  if (sha256.empty()) {
+  if (sha256.empty() && !pending) {
     std::ostringstream serialized;
     result.module.save(serialized);
     sha256 = sha256Hex(serialized.str());
   }
   const Mesh mesh{options.worldSize, options.shardGroup()};
-  ManifestInput input{source.path, sha256, mesh};
-  std::string manifest = buildManifest(result.module, plan, input);
+  // Reads only the plan and the module's method names, which writing rank files leaves alone.
+  auto manifestText = [&] {
+    ManifestInput input{source.path, pending ? source.pendingSha256.get() : sha256, mesh};
+    return buildManifest(result.module, plan, input);
+  };
   if (options.worldSize == 1) {
-    writeSingleFile(result.module, sha256Hex(manifest), output, source.parameters.get());
+    writeSingleFile(result.module, sha256Hex(manifestText()), output, source.parameters.get());
   } else {
-    writeShardedDirectory(result.module, plan, mesh, manifest, output, source.parameters.get());
+    writeShardedDirectory(result.module, plan, mesh, manifestText, output, source.parameters.get());
   }
 }
 

@@ -5,11 +5,14 @@
 // slots, saves, and moves on; every slot of a tied parameter gets the SAME shard tensor, which
 // TorchScript's pickler stores once and loads as one tensor, so ties survive.
 //
-// Since only the data archive (data.pkl and its tensors) differs between ranks, rank 0 is saved
-// by torch::jit::save and every later rank takes its code, debug and constants records from rank
-// 0's file instead of printing the same code again (saveReusingCode): at W = 8 printing and
-// compressing the code was about a seventh of a run. It is used only once pickling rank 0's
-// module here has given exactly the data.pkl torch wrote for it.
+// Since only the data archive (data.pkl and its tensors) differs between ranks, the code is
+// saved once, by torch::jit::save, in a template: the module with every unit slot empty. Every
+// rank file then takes its code, debug and constants records from the template instead of
+// printing the same code again (saveReusingCode; at W = 8 printing and compressing the code was
+// about a seventh of a run), and is written tensor records first, data.pkl last: the manifest's
+// hash, which data.pkl holds, needs the input's hash, which may still be being computed. The
+// template is used only if pickling it here gives exactly the data.pkl torch wrote for it;
+// otherwise every rank is saved by torch, once the manifest is known.
 #include <fsdp_opt/passes/deferred_load.h>
 #include <fsdp_opt/passes/output.h>
 
@@ -30,6 +33,7 @@
 #endif
 #include <cstring>
 #include <fstream>
+#include <optional>
 #include <stdexcept>
 #include <system_error>
 #include <sys/stat.h>
@@ -152,6 +156,12 @@ DataArchive pickleDataArchive(const torch::jit::Module& module) {
   return archive;
 }
 
+std::vector<const c10::StorageImpl*> storagesOf(const std::vector<at::Tensor>& tensors) {
+  std::vector<const c10::StorageImpl*> storages;
+  for (const at::Tensor& tensor : tensors) storages.push_back(tensor.storage().unsafeGetStorageImpl());
+  return storages;
+}
+
 }  // namespace
 
 bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFile) {
@@ -170,13 +180,39 @@ bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFi
   }
 }
 
-void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path) {
+void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path,
+                     const std::function<void()>& beforePickle) {
   caffe2::serialize::PyTorchStreamReader source(codeSource);
   caffe2::serialize::PyTorchStreamWriter writer(path);
-  const DataArchive archive = pickleDataArchive(module);
+  DataArchive archive = pickleDataArchive(module);
+  // Tensor records written before data.pkl must be the ones data.pkl will name. They are not
+  // when a class's __getstate__ builds new tensors each time it is pickled (a second pickle,
+  // made while the first still holds its tensors, names other storages): such a module runs
+  // beforePickle first and is written in one go.
+  bool tensorsFirst = false;
+  if (beforePickle) {
+    tensorsFirst = storagesOf(pickleDataArchive(module).tensors) == storagesOf(archive.tensors);
+    if (!tensorsFirst) {
+      archive = DataArchive();
+      beforePickle();
+      archive = pickleDataArchive(module);
+    }
+  }
   for (size_t i = 0; i < archive.tensors.size(); ++i) {
     const torch::jit::WriteableTensorData data = torch::jit::getWriteableTensorData(archive.tensors[i]);
     writer.writeRecord("data/" + std::to_string(i), data.data(), data.sizeInBytes());
+  }
+  if (tensorsFirst) {
+    // The module holds these storages, so their addresses stay theirs. The pickle is made again
+    // with no other reference to them: the pickler memoises what something else also
+    // references, and data.pkl should be byte for byte what torch would write.
+    const std::vector<const c10::StorageImpl*> written = storagesOf(archive.tensors);
+    archive = DataArchive();
+    beforePickle();
+    archive = pickleDataArchive(module);
+    if (storagesOf(archive.tensors) != written) {
+      throw std::logic_error("saveReusingCode: the module's tensors changed while its data archive was written");
+    }
   }
   writer.writeRecord("data.pkl", archive.pickle.data(), archive.pickle.size());
   // Stored, not compressed again: tens of KiB of code, and compressing it was most of its cost.
@@ -242,7 +278,7 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
 }
 
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
-                           const std::string& manifestText, const std::string& dir,
+                           const std::function<std::string()>& manifestText, const std::string& dir,
                            ParameterBytes* bytes) {
   fs::path target(dir);
   while (target.has_parent_path() && target.filename().empty()) target = target.parent_path();
@@ -253,7 +289,6 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
   if (replacing && !fs::is_empty(target) && !isFsdpOptOutput(target)) {
     throw std::runtime_error("output directory '" + dir + "' is not empty and holds no fsdp-opt output; refusing to replace it");
   }
-  std::string manifestSha256 = sha256Hex(manifestText);
   ModuleIndex index(module);
   fs::path temporary = temporarySibling(target, /*directory=*/true);
   auto restoreSlots = [&] {
@@ -261,24 +296,42 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
       for (const auto& param : unit.params) setSlots(index, param, param.tensor);
     }
   };
+  std::optional<std::string> manifest;  // asked for when first needed
+  auto manifestOnce = [&]() -> const std::string& {
+    if (!manifest) manifest = manifestText();
+    return *manifest;
+  };
+  auto setManifestHash = [&] { module.setattr(kManifestHashAttr, sha256Hex(manifestOnce())); };
   try {
-    std::string codeSource;  // rank 0's file, once its data archive pickles here as torch wrote it
+    // The code every rank file shares. Its unit slots are empty, so it writes no rows; what else
+    // the module holds (buffers, parameters of no unit) it writes once more than the ranks do.
+    const std::string codeTemplate = (temporary / "code_template.pt").string();
+    for (const auto& unit : plan.units) {
+      for (const auto& param : unit.params) {
+        setSlots(index, param, at::empty({0}, param.tensor.options().requires_grad(false)));
+      }
+    }
+    setRankAttributes(module, mesh, 0);
+    materializeReachable(module, bytes);
+    module.save(codeTemplate);
+    const bool reuseCode = picklesAsSaved(module, codeTemplate);
+    restoreSlots();
     for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
       makeRankModuleIndexed(module, index, plan, mesh, rank, nullptr, bytes);
-      module.setattr(kManifestHashAttr, manifestSha256);
       materializeReachable(module, bytes);
       const std::string file = (temporary / rankFileName(rank)).string();
-      if (!codeSource.empty()) {
-        saveReusingCode(module, codeSource, file);
+      if (reuseCode) {
+        saveReusingCode(module, codeTemplate, file, setManifestHash);
       } else {
+        setManifestHash();
         module.save(file);
-        if (picklesAsSaved(module, file)) codeSource = file;
       }
       restoreSlots();
       returnFreedMemory();
       if (bytes) bytes->releasePages();
     }
-    std::ofstream(temporary / kManifestFile) << manifestText;
+    fs::remove(codeTemplate);
+    std::ofstream(temporary / kManifestFile) << manifestOnce();
     applyUmask(temporary, /*directory=*/true);
     if (replacing) {
       fs::path previous = temporarySibling(target, /*directory=*/true);

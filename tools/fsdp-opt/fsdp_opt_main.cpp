@@ -105,17 +105,17 @@ int run(const Flags& flags) {
     if (!PassRegistry::global().find(name)) return fail("--print-ir-after names unknown pass '" + name + "'");
   }
 
-  // The input's hash (for the manifest) is read beside the load and the pipeline: on a large
-  // model it costs as much as the load itself.
-  std::future<std::string> inputSha256;
-  if (!flags.output.empty()) inputSha256 = std::async(std::launch::async, sha256OfFile, flags.input);
-  auto hashOrError = [&](std::string& error) {
+  // The input's hash (for the manifest) is read beside the load, the pipeline and the first
+  // rank file's tensors: on a large model it costs more than the load and the pipeline together.
+  std::shared_future<std::string> inputSha256;
+  if (!flags.output.empty()) inputSha256 = std::async(std::launch::async, sha256OfFile, flags.input).share();
+  auto hashError = [&] {
     if (!inputSha256.valid()) return std::string();
     try {
-      return inputSha256.get();
-    } catch (const std::exception& e) {
-      error = fsdp_opt::runtime::oneLineMessage(e);
+      inputSha256.get();
       return std::string();
+    } catch (const std::exception& e) {
+      return fsdp_opt::runtime::oneLineMessage(e);
     }
   };
   auto cannotLoad = [&](const std::string& why) {
@@ -137,9 +137,8 @@ int run(const Flags& flags) {
       std::cerr << formatDiagnostic({Severity::Remark, "load", message}) << "\n";
     }
   } catch (const std::exception& e) {
-    std::string hashError;
-    hashOrError(hashError);
-    return cannotLoad(hashError.empty() ? fsdp_opt::runtime::oneLineMessage(e) : hashError);
+    const std::string unreadable = hashError();
+    return cannotLoad(unreadable.empty() ? fsdp_opt::runtime::oneLineMessage(e) : unreadable);
   }
 
   PipelineHooks hooks;
@@ -159,9 +158,6 @@ int run(const Flags& flags) {
       std::cerr << formatDiagnostic(diagnostic) << "\n";
     }
   }
-  std::string hashError;
-  std::string inputHash = hashOrError(hashError);
-  if (!hashError.empty()) return cannotLoad(hashError);
   if (!result.ok) return 1;
 
   if (!flags.method.empty() && !result.module.find_method(flags.method)) {
@@ -176,7 +172,7 @@ int run(const Flags& flags) {
   }
   if (!flags.output.empty()) {
     try {
-      writeOutput(result, options, flags.output, {flags.input, inputHash, parameterBytes});
+      writeOutput(result, options, flags.output, {flags.input, "", parameterBytes, inputSha256});
     } catch (const std::exception& e) {
       return fail("cannot write '" + flags.output + "': " + fsdp_opt::runtime::oneLineMessage(e));
     }

@@ -55,8 +55,11 @@ bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFi
 // Saves `module` to `path` as torch::jit::save would, printing no code: its data archive is
 // pickled anew and every other record (code, debug info, constants, version) is copied from
 // `codeSource`, a file torch::jit::save wrote for a module of the same types, for which
-// picklesAsSaved held. Code records are stored uncompressed.
-void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path);
+// picklesAsSaved held. Code records are stored uncompressed. With `beforePickle`, the tensor
+// records are written first, then beforePickle runs (it may set attributes that are not
+// tensors, such as a hash it had to wait for) and data.pkl is pickled after it.
+void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path,
+                     const std::function<void()>& beforePickle = nullptr);
 
 // world size 1: one TorchScript archive at `path`, parameters whole.
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
@@ -66,8 +69,10 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
 // DIR/manifest.json. Rank files are written one after another; with `bytes`, each reads only its
 // rows of the parameters loaded unread, so the whole input is read once over all ranks (an HSDP
 // mesh reads each shard's rows once per replica).
+// `manifestText` is called once, when the first rank file needs the manifest's hash (after
+// its tensors are written: the input's hash may still be on its way).
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
-                           const std::string& manifestText, const std::string& dir,
+                           const std::function<std::string()>& manifestText, const std::string& dir,
                            ParameterBytes* bytes = nullptr);
 
 }  // namespace fsdp_opt
