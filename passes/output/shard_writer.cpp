@@ -127,9 +127,10 @@ bool writtenByTheWriter(const std::string& record) {
          record == ".data/serialization_id";
 }
 
-bool isDataRecord(const std::string& record) {
-  return record == "data.pkl" || record.rfind("data/", 0) == 0;
-}
+// data/<n>: a tensor of data.pkl.
+bool isDataTensorRecord(const std::string& record) { return record.rfind("data/", 0) == 0; }
+
+bool isDataRecord(const std::string& record) { return record == "data.pkl" || isDataTensorRecord(record); }
 
 // The data archive of `module` as torch::jit::save pickles it: data.pkl, whose tensors are the
 // records data/0, data/1, ... in the order the pickler meets their storages, and classes named
@@ -169,7 +170,7 @@ bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFi
     caffe2::serialize::PyTorchStreamReader reader(savedFile);
     size_t dataRecords = 0;
     for (const std::string& record : reader.getAllRecords()) {
-      if (record.rfind("data/", 0) == 0) ++dataRecords;
+      if (isDataTensorRecord(record)) ++dataRecords;
     }
     const DataArchive archive = pickleDataArchive(module);
     const auto [saved, size] = reader.getRecord("data.pkl");
@@ -320,7 +321,10 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
       makeRankModuleIndexed(module, index, plan, mesh, rank, nullptr, bytes);
       materializeReachable(module, bytes);
       const std::string file = (temporary / rankFileName(rank)).string();
-      if (reuseCode) {
+      if (reuseCode && manifest) {
+        setManifestHash();  // known since an earlier rank: nothing to wait for, one pickle
+        saveReusingCode(module, codeTemplate, file);
+      } else if (reuseCode) {
         saveReusingCode(module, codeTemplate, file, setManifestHash);
       } else {
         setManifestHash();
