@@ -22,6 +22,7 @@
 #include <torch/csrc/jit/serialization/import.h>
 
 #include <cerrno>
+#include <cstdint>
 #include <cstring>
 #include <fcntl.h>
 #include <stdexcept>
@@ -194,6 +195,17 @@ at::Tensor ParameterBytes::rowsInPlace(const at::Tensor& tensor, int64_t begin, 
 
 void ParameterBytes::releasePages() const {
   if (mapping_->base != MAP_FAILED) ::madvise(mapping_->base, mapping_->size, MADV_DONTNEED);
+}
+
+void ParameterBytes::releasePagesOf(const void* data, size_t size) const {
+  if (mapping_->base == MAP_FAILED || size == 0) return;
+  const auto base = reinterpret_cast<uintptr_t>(mapping_->base);
+  const auto begin = reinterpret_cast<uintptr_t>(data);
+  if (begin < base || begin + size > base + mapping_->size) return;
+  const auto page = static_cast<uintptr_t>(::sysconf(_SC_PAGESIZE));
+  const uintptr_t first = begin & ~(page - 1);
+  const uintptr_t last = (begin + size + page - 1) & ~(page - 1);
+  ::madvise(reinterpret_cast<void*>(first), last - first, MADV_DONTNEED);
 }
 
 void ParameterBytes::copyRows(const at::Tensor& tensor, int64_t begin, int64_t count, at::Tensor& out) const {

@@ -10,12 +10,15 @@
 #include <torch/script.h>
 
 #include <algorithm>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <sys/resource.h>
 
 namespace {
 
@@ -179,6 +182,60 @@ TEST_F(ShardWriterTest, PicklingAnotherModuleDoesNotMatchTheSavedArchive) {
   model.attr("second").toModule().setattr("steps", int64_t(300));  // another pickle
   EXPECT_FALSE(fsdp_opt::picklesAsSaved(model, saved));
   EXPECT_FALSE(fsdp_opt::picklesAsSaved(model, (dir_ / "missing.pt").string()));
+}
+
+// A write that fails is reported with the system's reason and the file's name, not the zip
+// writer's "file write failed".
+TEST_F(ShardWriterTest, AFailedWriteSaysWhy) {
+  if (!fs::exists("/dev/full")) GTEST_SKIP() << "this system has no /dev/full";
+  fsdp_opt::PipelineOptions options;
+  fsdp_opt::TransformResult result = transformed(2, options);
+  ASSERT_TRUE(result.ok);
+  const std::string codeSource = (dir_ / "code.pt").string();
+  result.module.save(codeSource);
+  try {
+    fsdp_opt::saveReusingCode(result.module, codeSource, "/dev/full");
+    FAIL() << "writing to /dev/full succeeded";
+  } catch (const std::exception& e) {
+    EXPECT_NE(std::string(e.what()).find("full: " + std::string(std::strerror(ENOSPC))), std::string::npos) << e.what();
+  }
+}
+
+// Rank files are written on threads of their own. When one of them fails (here: past the file
+// size limit, which rank 0's file just exceeds, so that the code template before it fits), the
+// error reaches the caller, the other writers are waited for and nothing is left behind.
+TEST_F(ShardWriterTest, ARankFileThatCannotBeWrittenLeavesNothing) {
+  const int64_t world = 3;
+  fsdp_opt::PipelineOptions options;
+  fsdp_opt::TransformResult result = transformed(world, options);
+  ASSERT_TRUE(result.ok);
+  const fs::path written = dir_ / "written";
+  fsdp_opt::writeOutput(result, options, written.string());
+  const auto rankFileBytes = static_cast<rlim_t>(fs::file_size(written / "rank0.pt"));
+
+  const fs::path failing = dir_ / "failing";
+  struct rlimit before {};
+  ASSERT_EQ(getrlimit(RLIMIT_FSIZE, &before), 0);
+  struct rlimit limited = before;
+  limited.rlim_cur = rankFileBytes - 1;
+  auto previousHandler = std::signal(SIGXFSZ, SIG_IGN);
+  ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
+  std::string error;
+  try {
+    fsdp_opt::writeOutput(result, options, failing.string());
+  } catch (const std::exception& e) {
+    error = e.what();
+  }
+  setrlimit(RLIMIT_FSIZE, &before);
+  std::signal(SIGXFSZ, previousHandler);
+  EXPECT_TRUE(error.find("rank0.pt: " + std::string(std::strerror(EFBIG))) != std::string::npos ||
+              error.find("rank1.pt: " + std::string(std::strerror(EFBIG))) != std::string::npos ||
+              error.find("rank2.pt: " + std::string(std::strerror(EFBIG))) != std::string::npos)
+      << error;
+  EXPECT_FALSE(fs::exists(failing));
+  std::vector<std::string> left;
+  for (const auto& entry : fs::directory_iterator(dir_)) left.push_back(entry.path().filename().string());
+  EXPECT_EQ(left, std::vector<std::string>{"written"});
 }
 
 }  // namespace

@@ -40,9 +40,13 @@ class ParameterBytes {
   // Copies rows [begin, begin + count) of `tensor` along dim 0 into `out` (contiguous, of the
   // rows' shape); a deferred tensor's rows are read from the archive, only the bytes they span.
   void copyRows(const at::Tensor& tensor, int64_t begin, int64_t count, at::Tensor& out) const;
-  // Drops the archive's pages from this process (they stay in the page cache): called once a
-  // rank file is written, so that in-place rows count against one rank's working set only.
+  // Drops the archive's pages from this process (they stay in the page cache): called once the
+  // rank files are written.
   void releasePages() const;
+  // Drops the pages of the archive that [data, data + size) spans, if it lies in the archive:
+  // called once a record read in place is written, so that in-place rows count against the
+  // records in flight only. Safe while other threads read the archive (they fault pages in again).
+  void releasePagesOf(const void* data, size_t size) const;
   // Reads `tensor`'s storage into place if it is deferred; afterwards it is an ordinary tensor.
   void materialize(const at::Tensor& tensor);
   // Storages and bytes still unread.

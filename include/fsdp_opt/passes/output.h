@@ -66,9 +66,9 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
                      const std::string& path, ParameterBytes* bytes = nullptr);
 
 // world size W > 1: DIR/rank{r}.pt holding only rank r's shards (shard r % S of the mesh), and
-// DIR/manifest.json. Rank files are written one after another; with `bytes`, each reads only its
-// rows of the parameters loaded unread, so the whole input is read once over all ranks (an HSDP
-// mesh reads each shard's rows once per replica).
+// DIR/manifest.json. Ranks are cut one after another and their files written by up to two
+// threads at once; with `bytes`, each reads only its rows of the parameters loaded unread, so the
+// whole input is read once over all ranks (an HSDP mesh reads each shard's rows once per replica).
 // `manifestText` is called once, when the first rank file needs the manifest's hash (after
 // its tensors are written: the input's hash may still be on its way).
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
