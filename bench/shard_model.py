@@ -84,11 +84,17 @@ def run_with_rusage(cmd):
             int(fields["rc"]))
 
 
-def settle(output, keep):
+def settle(output, keep, wait_s):
     """Before a timed command, untimed: its output of an earlier round deleted and every dirty
     page written back, so that no command pays for another's writeback or deletes a GiB of its
     own previous output (the kernel's writeback after a run that wrote 1 GiB moved the next
-    run's wall time by seconds, in both directions)."""
+    run's wall time by seconds, in both directions); then `wait_s` of nothing, so that every
+    command starts with the same free memory. On a virtual machine whose balloon device reports
+    free pages to the host (virtio-balloon's free page reporting, which hands back free blocks
+    about 2 s after they are freed), writing 1 GiB into memory freed 0-0.5 s before took 0.3-0.7
+    s and into memory freed 3-5 s before 3.4-4.6 s: without the wait, whichever command wrote
+    sooner after the deletion (fsdp-opt, in 0.5 s, against load+save after importing torch and
+    loading) reused the pages just freed and the other paid for fresh ones."""
     import shutil
     if output is None or keep:
         pass
@@ -97,6 +103,7 @@ def settle(output, keep):
     elif os.path.exists(output):
         os.remove(output)
     os.sync()
+    time.sleep(wait_s)
 
 
 def make_model(path, a):
@@ -140,6 +147,8 @@ def main():
     p.add_argument("--rerun", action="store_true",
                    help="leave each command's output of the round before in place (a command run again: "
                         "load+save overwrites its file, fsdp-opt replaces its directory); only the sync")
+    p.add_argument("--settle-s", type=float, default=5.0,
+                   help="seconds of nothing before each command, after its old output is deleted (see settle)")
     p.add_argument("--rounds", type=int, default=3)
     p.add_argument("--json", help="write the results here")
     p.add_argument("--plot-from", metavar="LABEL=JSON,...",
@@ -158,7 +167,7 @@ def main():
         print("plot: %s" % plot)
         return 0
     if a.quick:
-        a.n_layer, a.n_embd, a.vocab, a.rounds = 4, 512, 8192, 1
+        a.n_layer, a.n_embd, a.vocab, a.rounds, a.settle_s = 4, 512, 8192, 1, 0.0
     worlds = [int(w) for w in a.worlds.split(",")]
     tool, runtime = bc.fsdp_opt_and_runtime(a.build)
 
@@ -191,7 +200,7 @@ def main():
                     w = int(c.split("=")[1])
                     output = os.path.join(work, "w%d" % w)
                     cmd = [tool, model_pt, "--world-size=%d" % w, "-o", output]
-                settle(output, a.rerun)
+                settle(output, a.rerun, a.settle_s)
                 wall, peak, out, rc = run_with_rusage(cmd)
                 if rc != 0:
                     sys.exit("error: %s exited %d: %s" % (c, rc, " ".join(cmd)))
@@ -210,10 +219,13 @@ def main():
             rows.append({"configuration": c, "wall_s": wall, "peak_rss_bytes": peaks[c],
                          "wall_over_load_save_process": wall / base_wall,
                          "wall_over_load_save_calls": wall / base_calls,
-                         "peak_over_model": peaks[c] / model_bytes})
+                         "peak_over_model": peaks[c] / model_bytes, "walls_s": walls[c]})
             print("| %s | %.2f | %.2f | %.2f | %s | %.2f |" % (c, wall, wall / base_wall, wall / base_calls,
                                                              bc.fmt_bytes(peaks[c]), peaks[c] / model_bytes))
         print("load+save calls alone (inside the process): %.2f s" % base_calls)
+        print("every round's wall s: %s; load+save calls: %s" % (
+            "; ".join("%s %s" % (c, " ".join("%.2f" % w for w in walls[c])) for c in configs),
+            " ".join("%.2f" % x for x in calls)))
 
         exact = {}
         for w in worlds:
@@ -235,8 +247,8 @@ def main():
         if a.json:
             with open(a.json, "w") as f:
                 json.dump({"model_bytes": model_bytes, "n_layer": a.n_layer, "n_embd": a.n_embd, "vocab": a.vocab,
-                           "rounds": a.rounds, "rerun": a.rerun, "commit": bc.git_head(bc.ROOT), "cpu": bc.cpu_model(),
-                           "load_save_calls_s": base_calls, "rows": rows,
+                           "rounds": a.rounds, "rerun": a.rerun, "settle_s": a.settle_s, "commit": bc.git_head(bc.ROOT), "cpu": bc.cpu_model(),
+                           "load_save_calls_s": base_calls, "load_save_calls_each_s": calls, "rows": rows,
                            "targets": targets, "exact": {str(w): v for w, v in exact.items()}}, f, indent=2)
         return 0 if all(exact.values()) else 1
 
