@@ -486,8 +486,10 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
         std::future<std::vector<char>> pickled = pickle.get_future();
         if (!tensorsFirst) pickle.set_value(std::move(archive.pickle));
         archive = DataArchive();
+        // Everything by value but `bytes` (the caller's): when this loop throws, its locals are
+        // gone before the writers are waited for.
         writing.push_back(std::async(std::launch::async, [records = std::move(records), pickled = std::move(pickled),
-                                                          &codeTemplate, file, bytes]() mutable {
+                                                          codeTemplate, file, bytes]() mutable {
           writeRankFile(records, [&] { return pickled.get(); }, codeTemplate, file, bytes);
         }));
         if (tensorsFirst) {
