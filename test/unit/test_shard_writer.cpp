@@ -15,6 +15,7 @@
 #include <cstring>
 #include <filesystem>
 #include <map>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -69,13 +70,26 @@ class ShardWriterTest : public ::testing::Test {
     dir_ = pattern;
   }
   void TearDown() override { fs::remove_all(dir_); }
+  // fsdp-opt's rank files of makeModel for `world` ranks, written into dir_/name; result_ and
+  // options_ are what wrote them.
+  fs::path writeRankFiles(int64_t world, const std::string& name);
   fs::path dir_;
+  fsdp_opt::PipelineOptions options_;
+  fsdp_opt::TransformResult result_;
 };
 
 fsdp_opt::TransformResult transformed(int64_t world, fsdp_opt::PipelineOptions& options) {
   options.unitPatterns = {".", "first", "second"};
   options.worldSize = world;
   return fsdp_opt::transform(makeModel(), options);
+}
+
+fs::path ShardWriterTest::writeRankFiles(int64_t world, const std::string& name) {
+  result_ = transformed(world, options_);
+  if (!result_.ok) throw std::runtime_error("the pipeline failed on the test model");
+  const fs::path out = dir_ / name;
+  fsdp_opt::writeOutput(result_, options_, out.string());
+  return out;
 }
 
 std::string rankFile(const fs::path& dir, int64_t rank) {
@@ -124,11 +138,8 @@ TEST_F(ShardWriterTest, SavesWhatTorchSavesForEveryRank) {
 
 TEST_F(ShardWriterTest, EveryRankFileReusesOneCodeTemplate) {
   const int64_t world = 3;
-  fsdp_opt::PipelineOptions options;
-  fsdp_opt::TransformResult result = transformed(world, options);
-  ASSERT_TRUE(result.ok);
-  const fs::path out = dir_ / "sharded";
-  fsdp_opt::writeOutput(result, options, out.string());
+  const fs::path out = writeRankFiles(world, "sharded");
+  fsdp_opt::TransformResult& result = result_;
   std::vector<std::string> entries;
   for (const auto& entry : fs::directory_iterator(out)) entries.push_back(entry.path().filename().string());
   std::sort(entries.begin(), entries.end());
@@ -205,12 +216,7 @@ TEST_F(ShardWriterTest, AFailedWriteSaysWhy) {
 // size limit, which rank 0's file just exceeds, so that the code template before it fits), the
 // error reaches the caller, the other writers are waited for and nothing is left behind.
 TEST_F(ShardWriterTest, ARankFileThatCannotBeWrittenLeavesNothing) {
-  const int64_t world = 3;
-  fsdp_opt::PipelineOptions options;
-  fsdp_opt::TransformResult result = transformed(world, options);
-  ASSERT_TRUE(result.ok);
-  const fs::path written = dir_ / "written";
-  fsdp_opt::writeOutput(result, options, written.string());
+  const fs::path written = writeRankFiles(3, "written");
   const auto rankFileBytes = static_cast<rlim_t>(fs::file_size(written / "rank0.pt"));
 
   const fs::path failing = dir_ / "failing";
@@ -222,7 +228,7 @@ TEST_F(ShardWriterTest, ARankFileThatCannotBeWrittenLeavesNothing) {
   ASSERT_EQ(setrlimit(RLIMIT_FSIZE, &limited), 0);
   std::string error;
   try {
-    fsdp_opt::writeOutput(result, options, failing.string());
+    fsdp_opt::writeOutput(result_, options_, failing.string());
   } catch (const std::exception& e) {
     error = e.what();
   }
