@@ -248,20 +248,34 @@ std::vector<const c10::StorageImpl*> storagesOf(const std::vector<at::Tensor>& t
   return storages;
 }
 
-// Whether pickling `module` again names the storages `archive` names: not when a class's
-// __getstate__ builds new tensors every time it is pickled.
-bool isPickledStably(const torch::jit::Module& module, const DataArchive& archive) {
-  return storagesOf(pickleDataArchive(module).tensors) == storagesOf(archive.tensors);
-}
+// A rank file's data archive, ready for a writer: its tensor records, held as storages rather
+// than tensors (the pickler memoises a tensor that something else also references, and data.pkl
+// must be byte for byte what torch would write), and data.pkl unless it waits for beforePickle.
+struct PreparedArchive {
+  std::vector<c10::Storage> records;
+  std::vector<const c10::StorageImpl*> written;  // the records' storages, to check data.pkl against
+  std::vector<char> pickle;                      // final unless tensorsFirst
+  bool tensorsFirst = false;                     // data.pkl is pickled after beforePickle runs
+};
 
-// What a rank file's writer holds of its tensors while data.pkl may still be pickled: their
-// storages, not the tensors, because the pickler memoises a tensor that something else also
-// references, and data.pkl must be byte for byte what torch would write.
-std::vector<c10::Storage> storagesToWrite(const std::vector<at::Tensor>& tensors) {
-  std::vector<c10::Storage> storages;
-  storages.reserve(tensors.size());
-  for (const at::Tensor& tensor : tensors) storages.push_back(tensor.storage());
-  return storages;
+// Pickles `module`'s data archive. With `beforePickle` (which may set attributes that are not
+// tensors, such as a hash still on its way), the tensor records can go out before it runs and
+// data.pkl is pickled after it (finalPickle), unless a class's __getstate__ builds new tensors
+// each time it is pickled (a second pickle, made while the first still holds its tensors, names
+// other storages): then beforePickle runs first and the archive is final at once.
+PreparedArchive prepareArchive(const torch::jit::Module& module, const std::function<void()>& beforePickle) {
+  DataArchive archive = pickleDataArchive(module);
+  PreparedArchive prepared;
+  prepared.tensorsFirst = beforePickle && storagesOf(pickleDataArchive(module).tensors) == storagesOf(archive.tensors);
+  if (beforePickle && !prepared.tensorsFirst) {
+    archive = DataArchive();
+    beforePickle();
+    archive = pickleDataArchive(module);
+  }
+  for (const at::Tensor& tensor : archive.tensors) prepared.records.push_back(tensor.storage());
+  prepared.written = storagesOf(archive.tensors);
+  prepared.pickle = std::move(archive.pickle);
+  return prepared;  // `archive`, and with it every reference to the module's tensors, goes here
 }
 
 // data.pkl of `module`, whose tensor records `written` already went out: the same storages, or
@@ -274,10 +288,6 @@ std::vector<char> finalPickle(const torch::jit::Module& module, const std::vecto
   return std::move(archive.pickle);
 }
 
-void writeRankArchive(caffe2::serialize::PyTorchStreamWriter& writer, const PieceWriter& file,
-                      const std::vector<c10::Storage>& records, const std::function<std::vector<char>()>& dataPickle,
-                      const std::string& codeSource, const ParameterBytes* bytes);
-
 // Writes a rank file: `records` as data/0, data/1, ..., then data.pkl (`dataPickle` may wait for
 // it), then every record of `codeSource` that is not data, stored. The input's pages a record
 // was read from are dropped from this process as soon as it is written, so that a rank file
@@ -285,16 +295,8 @@ void writeRankArchive(caffe2::serialize::PyTorchStreamWriter& writer, const Piec
 void writeRankFile(const std::vector<c10::Storage>& records, const std::function<std::vector<char>()>& dataPickle,
                    const std::string& codeSource, const std::string& path, const ParameterBytes* bytes) {
   PieceWriter file(path);
-  {
-    caffe2::serialize::PyTorchStreamWriter writer(file.function());
-    writeRankArchive(writer, file, records, dataPickle, codeSource, bytes);
-  }
-  file.close();
-}
-
-void writeRankArchive(caffe2::serialize::PyTorchStreamWriter& writer, const PieceWriter& file,
-                      const std::vector<c10::Storage>& records, const std::function<std::vector<char>()>& dataPickle,
-                      const std::string& codeSource, const ParameterBytes* bytes) {
+  // Finished (or, on an exception, destroyed) before the file is closed.
+  caffe2::serialize::PyTorchStreamWriter writer(file.function());
   for (size_t i = 0; i < records.size(); ++i) {
     const c10::Storage& storage = records[i];
     // A tensor of its own over the storage: getWriteableTensorData copies one that is not on
@@ -317,6 +319,7 @@ void writeRankArchive(caffe2::serialize::PyTorchStreamWriter& writer, const Piec
   }
   writer.setMinVersion(source.version());
   writer.writeEndOfFile();
+  file.close();
 }
 
 }  // namespace
@@ -339,27 +342,13 @@ bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFi
 
 void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path,
                      const std::function<void()>& beforePickle) {
-  DataArchive archive = pickleDataArchive(module);
-  // Tensor records written before data.pkl must be the ones data.pkl will name. They are not
-  // when a class's __getstate__ builds new tensors each time it is pickled (a second pickle,
-  // made while the first still holds its tensors, names other storages): such a module runs
-  // beforePickle first and is written in one go.
-  const bool tensorsFirst = beforePickle && isPickledStably(module, archive);
-  if (beforePickle && !tensorsFirst) {
-    archive = DataArchive();
-    beforePickle();
-    archive = pickleDataArchive(module);
-  }
-  const std::vector<const c10::StorageImpl*> written = storagesOf(archive.tensors);
-  std::vector<c10::Storage> records = storagesToWrite(archive.tensors);
-  std::vector<char> pickle = std::move(archive.pickle);
-  archive = DataArchive();
+  PreparedArchive prepared = prepareArchive(module, beforePickle);
   writeRankFile(
-      records,
+      prepared.records,
       [&] {
-        if (!tensorsFirst) return std::move(pickle);
+        if (!prepared.tensorsFirst) return std::move(prepared.pickle);
         beforePickle();
-        return finalPickle(module, written);
+        return finalPickle(module, prepared.written);
       },
       codeSource, path, nullptr);
 }
@@ -471,30 +460,27 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
         setManifestHash();
         saveInPieces(module, file);
       } else {
-        DataArchive archive = pickleDataArchive(module);
-        // With the hash still on its way, the tensors go out now and data.pkl once it is known
-        // (a module that pickles new tensors every time waits for it instead: saveReusingCode).
-        const bool tensorsFirst = !manifest && isPickledStably(module, archive);
-        if (!manifest && !tensorsFirst) {
-          archive = DataArchive();
-          setManifestHash();
-          archive = pickleDataArchive(module);
+        // With the hash still on its way, the tensors go out now and data.pkl once it is known.
+        std::function<void()> beforePickle;
+        if (manifest) {
+          setManifestHash();  // known since an earlier rank
+        } else {
+          beforePickle = setManifestHash;
         }
-        const std::vector<const c10::StorageImpl*> written = storagesOf(archive.tensors);
-        std::vector<c10::Storage> records = storagesToWrite(archive.tensors);
+        PreparedArchive prepared = prepareArchive(module, beforePickle);
         std::promise<std::vector<char>> pickle;
         std::future<std::vector<char>> pickled = pickle.get_future();
-        if (!tensorsFirst) pickle.set_value(std::move(archive.pickle));
-        archive = DataArchive();
+        if (!prepared.tensorsFirst) pickle.set_value(std::move(prepared.pickle));
         // Everything by value but `bytes` (the caller's): when this loop throws, its locals are
         // gone before the writers are waited for.
-        writing.push_back(std::async(std::launch::async, [records = std::move(records), pickled = std::move(pickled),
-                                                          codeTemplate, file, bytes]() mutable {
+        writing.push_back(std::async(std::launch::async, [records = std::move(prepared.records),
+                                                          pickled = std::move(pickled), codeTemplate, file,
+                                                          bytes]() mutable {
           writeRankFile(records, [&] { return pickled.get(); }, codeTemplate, file, bytes);
         }));
-        if (tensorsFirst) {
-          setManifestHash();
-          pickle.set_value(finalPickle(module, written));
+        if (prepared.tensorsFirst) {
+          beforePickle();
+          pickle.set_value(finalPickle(module, prepared.written));
         }
       }
       restoreSlots();
