@@ -11,7 +11,10 @@ bool assignsModuleOrParameter(const torch::jit::Node* node) {
   auto slot = owner->findAttributeSlot(node->s(c10::attr::name));
   if (!slot) return false;
   auto attribute = owner->getAttribute(*slot)->cast<c10::ClassType>();
-  return (attribute && attribute->is_module()) || owner->is_parameter(*slot);
+  if (attribute && attribute->is_module()) return true;
+  // Only modules have parameters (and ClassType asserts as much): `with torch.no_grad():` sets an
+  // attribute of its context object, a plain class.
+  return owner->is_module() && owner->is_parameter(*slot);
 }
 
 bool ModuleAssignments::inFunction(torch::jit::Function* function) {
