@@ -13,7 +13,7 @@ void registerAllPasses() {
     for (PassInfo pass : {specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
-                          rankUniformControlFlowPass(), reshardOnRaisePass(), verifyFsdpPass()}) {
+                          rankUniformControlFlowPass(), reshardOnRaisePass(), specializeNoGradPass(), verifyFsdpPass()}) {
       registry.add(std::move(pass));
     }
   });
@@ -47,6 +47,8 @@ std::vector<std::string> defaultPipeline() {
       rankUniformControlFlowPass().name,
       // After every insertion, so the release covers all gathers a raise can skip.
       reshardOnRaisePass().name,
+      // On the finished schedule, which the copies for calls without grad mode repeat.
+      specializeNoGradPass().name,
       // Always last: the output must satisfy SPEC section 5.
       verifyFsdpPass().name,
   };

@@ -23,6 +23,7 @@
 
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
+#include <algorithm>
 #include <set>
 
 namespace fsdp_opt {
@@ -109,7 +110,10 @@ bool verifyFsdp(PassContext& context) {
   // --verify-each, earlier pipeline states are only checked for pairing and DCE survival.
   const bool entriesWrapped =
       forEachMethod(context.module(), MethodScope::kRootMethods, [&](const VisitedMethod& m) {
-        for (torch::jit::Node* node : m.graph->block()->nodes()) {
+        // A method specialize-no-grad split is wrapped where its grad-mode path starts.
+        torch::jit::Block* body = m.graph->block();
+        if (torch::jit::Node* choice = noGradChoiceOf(*m.graph)) body = choice->blocks()[0];
+        for (torch::jit::Node* node : body->nodes()) {
           if (node->kind() == ops::checkRank()) return 0;
         }
         return 1;  // not wrapped
@@ -117,25 +121,33 @@ bool verifyFsdp(PassContext& context) {
   const FsdpPlan* plan = context.plan();
   if (plan && entriesWrapped && context.options().worldSize > 1) {
     std::set<std::string> reported;
+    // specialize-no-grad's copies repeat their method's code, and with it any fault: theirs are
+    // reported only when the methods themselves showed none (then the copy is at fault).
+    std::vector<std::string> errors, copyErrors;
+    auto report = [&](const std::vector<Frame>& stack, std::string message) {
+      if (!reported.insert(message).second) return;
+      bool inCopy = std::any_of(stack.begin(), stack.end(), [](const Frame& f) { return isNoGradCopy(f.method); });
+      (inCopy ? copyErrors : errors).push_back(std::move(message));
+    };
     WalkObserver observer;
     observer.onParamRead = [&](const ParamRead& read) {
       if (!read.unit || read.unsharded) return;
       const Frame& frame = read.stack.back();
       if (!reported.insert(read.paramPath + "@" + frame.modulePath + "::" + frame.method).second) return;
-      diagnostics.error(kPassName, "parameter '" + read.paramPath + "' of unit '" +
-                                       displayPath(read.unit->path) + "' is read while sharded in method '" +
-                                       frame.method + "' of '" + displayPath(frame.modulePath) +
-                                       "' (entry method '" + read.stack.front().method + "')");
+      report(read.stack, "parameter '" + read.paramPath + "' of unit '" + displayPath(read.unit->path) +
+                             "' is read while sharded in method '" + frame.method + "' of '" +
+                             displayPath(frame.modulePath) + "' (entry method '" + read.stack.front().method + "')");
     };
     observer.onParamWrite = [&](const ParamWrite& write) {
       if (!write.unit) return;
       const Frame& frame = write.stack.back();
-      diagnostics.error(kPassName, "method '" + frame.method + "' of '" + displayPath(frame.modulePath) +
-                                       "' assigns parameter '" + write.paramPath + "' of unit '" +
-                                       displayPath(write.unit->path) +
-                                       "' (prim::SetAttr): fsdp-opt cannot shard a parameter the model reassigns");
+      report(write.stack, "method '" + frame.method + "' of '" + displayPath(frame.modulePath) +
+                              "' assigns parameter '" + write.paramPath + "' of unit '" +
+                              displayPath(write.unit->path) +
+                              "' (prim::SetAttr): fsdp-opt cannot shard a parameter the model reassigns");
     };
     walkFromEntryMethods(context.module(), *plan, GatherModel::ExplicitOps, observer);
+    for (const std::string& message : errors.empty() ? copyErrors : errors) diagnostics.error(kPassName, message);
   }
   auto budget = context.options().maxUnshardedBytes;
   if (plan && budget) {

@@ -19,7 +19,10 @@
 # CHECK:       = fsdp::reshard(%[[FULL]], %[[PATH]])
 # CHECK-NEXT:  %[[IN:.*]] : (Tensor) = prim::TupleConstruct(%x.1)
 # CHECK-NEXT:  = fsdp::backward_hook(%[[LIST]], %[[ROWS]], %[[PATH]], %[[OUT:.*]], %[[IN]], %[[NOBUDGET:.*]])
-# CHECK-NEXT:  return (%[[OUT]])
+# CHECK-NEXT:  -> (%[[OUT]])
+# That is the path a call takes with grad mode; without, it calls a copy with no training op
+# (specialize-no-grad).
+# CHECK:       prim::CallMethod[name="_fsdp_no_grad_forward"](%self
 #
 # RUN: fsdp-opt %t.pt --fsdp-unit=. --print-ir --method=forward | FileCheck %s --check-prefix=W1
 # W1-LABEL: // . : __torch__.ZeroDimParam :: forward

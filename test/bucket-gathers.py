@@ -24,6 +24,7 @@
 # CHECK:       prim::Loop(
 # CHECK:       fsdp::reshard(%[[ALL]],
 # CHECK-NOT:   fsdp::reshard(
+# CHECK:       // . : __torch__.GPT :: _fsdp_no_grad_forward
 # CHECK:       gathers merged into buckets: 4
 # CHECK:       gathers per call of forward: 1
 # CHECK:       gathers per call of generate: 1

@@ -19,7 +19,7 @@
 # CHECK:       fsdp::reshard(%[[FULL]],
 # CHECK-NEXT:  prim::TupleConstruct
 # CHECK-NEXT:  fsdp::backward_hook(
-# CHECK-NEXT:  return
+# CHECK-NEXT:  -> (
 #
 # RUN: fsdp-opt %t/marked.pt --remarks 2>&1 >/dev/null | FileCheck %s --check-prefix=REMARK
 # REMARK: [find-units] unit '.' ({{.*}}GPT), forward methods: forward, generate

@@ -22,6 +22,6 @@
 # CHECK:       = fsdp::reshard(%[[FULL]], %[[PATH]])
 # CHECK-NEXT:  prim::TupleConstruct
 # CHECK-NEXT:  fsdp::backward_hook(
-# CHECK-NEXT:  return
+# CHECK-NEXT:  -> (
 # Nothing is gathered inside the blocks: they are not units.
 # CHECK-NOT:   fsdp::

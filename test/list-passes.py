@@ -14,6 +14,7 @@
 # CHECK-NEXT: prefetch-gathers {{[^ ].+}}
 # CHECK-NEXT: rank-uniform-control-flow {{[^ ].+}}
 # CHECK-NEXT: reshard-on-raise {{[^ ].+}}
+# CHECK-NEXT: specialize-no-grad {{[^ ].+}}
 # CHECK-NEXT: specialize-unit-types {{[^ ].+}}
 # CHECK-NEXT: verify-fsdp {{[^ ].+}}
 # CHECK-NEXT: wrap-entry-methods {{[^ ].+}}
@@ -26,6 +27,7 @@
 # SUMMARY: hoist-loop-gathers {{.*}}loop
 # SUMMARY: insert-unit-gathers {{.*}}fsdp::all_gather/fsdp::reshard
 # SUMMARY: reshard-on-raise {{.*}}release_all
+# SUMMARY: specialize-no-grad {{.*}}grad mode
 # SUMMARY: specialize-unit-types {{.*}}types
 # SUMMARY: verify-fsdp {{.*}}check
 #

@@ -7,7 +7,7 @@
 # RUN:   | FileCheck %s --implicit-check-not=error: --match-full-lines
 # CHECK:      [stdout]
 # CHECK-NEXT: [stderr]
-# CHECK-NEXT: error: unknown pass 'insert-gathers' (known passes: {{([a-z-]+, )*}}insert-unit-gathers, lint-sharded-reads, {{([a-z-]+, )*}}reshard-on-raise, specialize-unit-types, verify-fsdp, wrap-entry-methods)
+# CHECK-NEXT: error: unknown pass 'insert-gathers' (known passes: {{([a-z-]+, )*}}insert-unit-gathers, lint-sharded-reads, {{([a-z-]+, )*}}reshard-on-raise, specialize-no-grad, specialize-unit-types, verify-fsdp, wrap-entry-methods)
 # CHECK-NEXT: [exit 1]
 # RUN: %python -m lit_helpers tree %t/out.pt | FileCheck %s --check-prefix=NOTHING
 # NOTHING: out.pt: missing

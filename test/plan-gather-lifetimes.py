@@ -33,7 +33,7 @@
 # CHECK:       prim::Loop(
 # CHECK-NOT:   fsdp::{{(all_gather|reshard|rank_any)}}
 # CHECK:       fsdp::reshard(%[[HELD]],
-# CHECK-NEXT:  return
+# CHECK-NEXT:  -> (
 # CHECK:       control flow made rank-uniform: 0
 # CHECK:       gathers per call of generate_branch: 1{{$}}
 # CHECK:       gathers per call of generate_break: 1{{$}}

@@ -19,6 +19,7 @@
 # CHECK: // *** IR after prefetch-gathers ***
 # CHECK: // *** IR after rank-uniform-control-flow ***
 # CHECK: // *** IR after reshard-on-raise ***
+# CHECK: // *** IR after specialize-no-grad ***
 # CHECK: // *** IR after verify-fsdp ***
 # RUN: FileCheck %s --check-prefix=ORDER < %t/all.err
 # ORDER:      // *** IR after specialize-unit-types ***

@@ -1,7 +1,7 @@
 # --remarks: one line per decision on stderr, `remark: [origin] ...`: each unit found (with its
 # type and forward methods), each call site rewritten, each entry method wrapped, each no-op
 # registration, tied and 0-dim parameters, the least peak of unsharded bytes, the units held for a
-# whole call, the gathers removed and merged; without the flag there are none (and stdout is the
+# whole call, the gathers removed and merged, the entry methods given a path without grad mode; without the flag there are none (and stdout is the
 # same either way).
 #
 # RUN: rm -rf %t && mkdir -p %t
@@ -20,6 +20,7 @@
 # CHECK-NEXT: remark: [eliminate-redundant-gathers] 1 redundant gather(s) removed in __torch__.NestedUnits::forward
 # CHECK-NEXT: remark: [bucket-gathers] merged two adjacent gathers into one collective of 864 bytes in __torch__.NestedUnits::forward
 # CHECK-NEXT: remark: [bucket-gathers] merged two adjacent gathers into one collective of 1152 bytes in __torch__.NestedUnits::forward
+# CHECK-NEXT: remark: [specialize-no-grad] 1 entry method(s) get a path without training ops for calls without grad mode
 #
 # RUN: %python -m lit_helpers run fsdp-opt %t/in.pt --fsdp-unit=. --forward-method=head:forward \
 # RUN:   | FileCheck %s --check-prefix=QUIET --match-full-lines

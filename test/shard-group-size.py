@@ -74,7 +74,7 @@ for r in range(world):
     print("rank%d: rank %d of %d, shard group size %d, holds shard %d: %s"
           % (r, m._fsdp_rank, m._fsdp_world_size, s, shard, exact))
 graph = lh.load_rewritten(os.path.join(out, "rank0.pt")).forward.graph
-check = [n for n in graph.nodes() if n.kind() == "fsdp::check_rank"][0]
+check = graph.findAllNodes("fsdp::check_rank")[0]  # first in program order, nested blocks included
 names = {"_fsdp_rank": "rank", "_fsdp_world_size": "world", "_fsdp_shard_group_size": "shard_group_size",
          "_fsdp_manifest_sha256": "sha"}
 print("check_rank of forward: fsdp::check_rank(%s)" % ", ".join(names[i.node().s("name")] for i in check.inputs()))

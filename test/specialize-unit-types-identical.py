@@ -12,6 +12,9 @@
 # Both held for the call in one bucket (plan-gather-lifetimes, bucket-gathers).
 # CHECK:       fsdp::all_gather
 # CHECK-NOT:   fsdp::all_gather
+# CHECK-LABEL: // . : __torch__.TwoBlocks :: _fsdp_no_grad_forward
+# CHECK:       fsdp::all_gather
+# CHECK-NOT:   fsdp::all_gather
 # One type for both instances: printed once.
 # CHECK:       // layers.0 : __torch__.LinearBlock :: forward
 # CHECK-NOT:   // layers.1 :

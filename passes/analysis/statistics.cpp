@@ -3,6 +3,7 @@
 // what a call really issues, not what the passes meant to leave.
 #include <fsdp_opt/passes/analysis.h>
 
+#include "../ir/fsdp_ops.h"
 #include "../ir/instance_walk.h"
 
 #include <set>
@@ -46,6 +47,7 @@ std::vector<std::pair<std::string, std::string>> transformStatistics(
     int collectives = 0, inLoops = 0;
   };
   for (torch::jit::Function* function : module.type()->methods()) {
+    if (isNoGradCopy(function->name())) continue;  // the method's own line counts its path
     std::vector<Calls> path{Calls{}};     // the counts of the path being walked, innermost last
     std::vector<Calls> thenArms;          // of each open branch, its first arm's counts
     WalkObserver observer;

@@ -115,6 +115,20 @@ std::optional<std::set<torch::jit::Node*>> operandReadsIn(torch::jit::Node* node
   return reads;
 }
 
+bool isNoGradCopy(const std::string& methodName) { return methodName.rfind(kNoGradCopyPrefix, 0) == 0; }
+
+torch::jit::Node* noGradChoiceOf(torch::jit::Graph& graph) {
+  auto nodes = graph.block()->nodes();
+  auto it = nodes.begin();
+  if (it == nodes.end() || it->kind() != c10::Symbol::fromQualString("aten::is_grad_enabled")) return nullptr;
+  torch::jit::Node* choice = *std::next(it);
+  if (choice->kind() != c10::prim::If || choice->input() != it->output() || choice->blocks().size() != 2) return nullptr;
+  for (torch::jit::Node* node : choice->blocks()[1]->nodes()) {
+    if (node->kind() == c10::prim::CallMethod && isNoGradCopy(node->s(c10::attr::name))) return choice;
+  }
+  return nullptr;
+}
+
 bool isBackwardHookPart(const torch::jit::Node* node) {
   if (node->kind() == ops::backwardHook()) return true;
   if (node->kind() != c10::prim::TupleConstruct) return false;

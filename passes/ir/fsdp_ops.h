@@ -88,6 +88,14 @@ std::optional<std::set<torch::jit::Node*>> operandReadsIn(torch::jit::Node* node
 // changes what forward computes, so schedules treat it as absent.
 bool isBackwardHookPart(const torch::jit::Node* node);
 
+// specialize-no-grad's copies of the root's entry methods, taken when grad mode is off, are
+// root methods named with this prefix. Reports of what a user calls (--stats) leave them out.
+constexpr const char* kNoGradCopyPrefix = "_fsdp_no_grad_";
+bool isNoGradCopy(const std::string& methodName);
+// The branch on aten::is_grad_enabled() that a method specialize-no-grad split starts with (its
+// first arm the method as it was, its second the call of the copy), or nullptr.
+torch::jit::Node* noGradChoiceOf(torch::jit::Graph& graph);
+
 // --- Builders. Each inserts at the graph's insertion point unless it says otherwise. ---
 
 // Reads the unit's group through prim::GetAttr chains from `unitModule` and gathers it with one

@@ -3,6 +3,8 @@
 #include <fsdp_opt/passes/output.h>
 #include <fsdp_opt/passes/pattern.h>
 
+#include "../ir/fsdp_ops.h"
+
 #include <nlohmann/json.hpp>
 #include <openssl/evp.h>
 
@@ -69,7 +71,9 @@ std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan
   manifest["mesh"] = {{"replicas", input.mesh.replicas()}, {"shard_group_size", input.mesh.shardGroupSize}};
   manifest["input"] = {{"path", input.inputPath}, {"sha256", input.inputSha256}};
   std::vector<std::string> entries;
-  for (torch::jit::Function* function : module.type()->methods()) entries.push_back(function->name());
+  for (torch::jit::Function* function : module.type()->methods()) {
+    if (!isNoGradCopy(function->name())) entries.push_back(function->name());  // how a method runs, not one to call
+  }
   manifest["entry_methods"] = entries;
   manifest["units"] = nlohmann::ordered_json::array();
   for (const auto& unit : plan.units) {

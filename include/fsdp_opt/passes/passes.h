@@ -69,6 +69,11 @@ PassInfo rankUniformControlFlowPass();
 bool reshardOnRaise(PassContext& context);
 PassInfo reshardOnRaisePass();
 
+// specialize-no-grad: entry methods that reach training ops (backward hooks) call a copy
+// without them when grad mode is off.
+bool specializeNoGrad(PassContext& context);
+PassInfo specializeNoGradPass();
+
 // verify-fsdp: the invariants of SPEC section 5.
 bool verifyFsdp(PassContext& context);
 PassInfo verifyFsdpPass();
