@@ -28,7 +28,11 @@
 # fsdp-opt beside torch.jit.load + save in processes of their own, and every rank file's tensors
 # are bitwise the model's shards; hsdp.py runs generate under a budget and a training step at W=4
 # as 2 nodes x 2, fully sharded (1 x 4) and HSDP (2 x 2): hsdp's decode sends nothing across
-# nodes but the loop's agreements, the tokens agree and HSDP's replicas train to equal parameters. Timings and peaks in
+# nodes but the loop's agreements, the tokens agree and HSDP's replicas train to equal parameters;
+# hook_cost.py runs the KVDecoder's rank file at W=1 without grad mode, made without
+# specialize-no-grad (as is, with its backward hooks under a grad-mode guard, with them removed)
+# and as written: every variant decodes the original's tokens, and the optimised graph keeps no
+# hook once they are removed. Timings and peaks in
 # --quick mode mean nothing and are not checked.
 #
 # REQUIRES: torch2
@@ -40,6 +44,7 @@
 # RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
 # RUN: %python %S/../bench/shard_model.py --quick --work %t.shard | FileCheck %s --check-prefix=SHARD
 # RUN: %python %S/../bench/hsdp.py --quick --work %t.hsdp | FileCheck %s --check-prefix=HSDP
+# RUN: %python %S/../bench/hook_cost.py --quick --work %t.hook | FileCheck %s --check-prefix=HOOK
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -180,3 +185,11 @@
 # HSDP: decode tokens equal under full and hsdp on every rank: True
 # HSDP-NEXT: trained parameters, hsdp vs full: max |diff| {{.*}}; hsdp's equal on every rank: True
 # HSDP-NEXT: hsdp decode: across nodes only the decoding loop's agreements (one 512-byte envelope each): True
+#
+# HOOK: | rank file
+# HOOK-NEXT: |---
+# HOOK-NEXT: | original {{ *}}| - {{.*}}| yes {{ *}}|
+# HOOK-NEXT: | one path {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{[^|]*\|[^|]*}}| {{[1-9][0-9]*}} {{ *}}|{{[^|]*}}| yes {{ *}}|
+# HOOK-NEXT: | one path, hooks guarded {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{.*}}| yes {{ *}}|
+# HOOK-NEXT: | as written {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{.*}}| yes {{ *}}|
+# HOOK-NEXT: | hooks removed {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{[^|]*\|[^|]*}}| 0 {{ *}}|{{[^|]*}}| yes {{ *}}|
