@@ -45,8 +45,6 @@ namespace {
 
 constexpr const char* kPassName = "specialize-no-grad";
 
-c10::Symbol isGradEnabled() { return c10::Symbol::fromQualString("aten::is_grad_enabled"); }
-
 bool isTrainingOp(const torch::jit::Node* node) {
   const auto kind = node->kind();
   return kind == ops::backwardHook() || kind == ops::unitCall() || kind == ops::replicatedParams();
@@ -58,18 +56,10 @@ bool changesGradMode(const torch::jit::Node* node) {
          kind == c10::Symbol::fromQualString("aten::set_grad_enabled");
 }
 
-// Nodes that only read attributes or package values: once nothing uses them they can go.
+// What builds a training op's operands: the reads a gather's operands are made of, and the
+// tuples of a call's outputs and inputs a backward hook takes. Once unused they can go.
 bool isOperandBuilder(const torch::jit::Node* node) {
-  switch (node->kind()) {
-    case c10::prim::ListConstruct:
-    case c10::prim::TupleConstruct:
-    case c10::prim::GetAttr:
-    case c10::prim::unchecked_cast:
-    case c10::prim::Constant:
-      return true;
-    default:
-      return false;
-  }
+  return isOperandRead(node) || node->kind() == c10::prim::TupleConstruct;
 }
 
 bool unused(const torch::jit::Node* node) {
@@ -106,7 +96,7 @@ void removeTrainingOps(torch::jit::Graph& graph) {
 void chooseOnEntry(torch::jit::Graph& graph, const std::string& copyName, const torch::jit::Graph& copy) {
   std::vector<torch::jit::Node*> body(graph.block()->nodes().begin(), graph.block()->nodes().end());
   torch::jit::WithInsertPoint top(graph.block()->nodes().front());
-  torch::jit::Value* grad = graph.insert(isGradEnabled(), {});
+  torch::jit::Value* grad = graph.insert(isGradEnabledSymbol(), {});
   torch::jit::Node* choice = graph.insertNode(graph.create(c10::prim::If, {grad}, graph.outputs().size()));
   torch::jit::Block* withGrad = choice->addBlock();
   torch::jit::Block* withoutGrad = choice->addBlock();

@@ -125,7 +125,6 @@ bool verifyFsdp(PassContext& context) {
     // reported only when the methods themselves showed none (then the copy is at fault).
     std::vector<std::string> errors, copyErrors;
     auto report = [&](const std::vector<Frame>& stack, std::string message) {
-      if (!reported.insert(message).second) return;
       bool inCopy = std::any_of(stack.begin(), stack.end(), [](const Frame& f) { return isNoGradCopy(f.method); });
       (inCopy ? copyErrors : errors).push_back(std::move(message));
     };

@@ -117,10 +117,12 @@ std::optional<std::set<torch::jit::Node*>> operandReadsIn(torch::jit::Node* node
 
 bool isNoGradCopy(const std::string& methodName) { return methodName.rfind(kNoGradCopyPrefix, 0) == 0; }
 
+c10::Symbol isGradEnabledSymbol() { return c10::Symbol::fromQualString("aten::is_grad_enabled"); }
+
 torch::jit::Node* noGradChoiceOf(torch::jit::Graph& graph) {
   auto nodes = graph.block()->nodes();
   auto it = nodes.begin();
-  if (it == nodes.end() || it->kind() != c10::Symbol::fromQualString("aten::is_grad_enabled")) return nullptr;
+  if (it == nodes.end() || it->kind() != isGradEnabledSymbol()) return nullptr;
   torch::jit::Node* choice = *std::next(it);
   if (choice->kind() != c10::prim::If || choice->input() != it->output() || choice->blocks().size() != 2) return nullptr;
   for (torch::jit::Node* node : choice->blocks()[1]->nodes()) {

@@ -92,6 +92,7 @@ bool isBackwardHookPart(const torch::jit::Node* node);
 // root methods named with this prefix. Reports of what a user calls (--stats) leave them out.
 constexpr const char* kNoGradCopyPrefix = "_fsdp_no_grad_";
 bool isNoGradCopy(const std::string& methodName);
+c10::Symbol isGradEnabledSymbol();  // aten::is_grad_enabled, what the copy is chosen on
 // The branch on aten::is_grad_enabled() that a method specialize-no-grad split starts with (its
 // first arm the method as it was, its second the call of the copy), or nullptr.
 torch::jit::Node* noGradChoiceOf(torch::jit::Graph& graph);
