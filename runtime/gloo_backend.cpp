@@ -169,6 +169,26 @@ class GlooBackend final : public CollectiveBackend {
       }
       return pending;
     }
+    if (size_ == 2) {
+      // Two ranks: an all-to-all that sends nothing to itself, so `input` is the whole send
+      // buffer and the peer's bytes land in its slot of `output`: no send slots to fill here, and
+      // no copy of this rank's bytes to itself on Gloo's worker thread (docs/runtime.md, "Backends").
+      const int peer = 1 - rank_;
+      uint8_t* own = static_cast<uint8_t*>(output.data_ptr()) + rank_ * n;
+      if (own != input.data_ptr()) std::memcpy(own, input.data_ptr(), static_cast<size_t>(n));
+      // Two vectors: c10d may move the output counts into its work object.
+      std::vector<int64_t> sendSplits(2, n), receiveSplits(2, n);
+      sendSplits[rank_] = 0;
+      receiveSplits[rank_] = 0;
+      c10d::AllToAllOptions opts;
+      opts.timeout = options().timeout;
+      auto pending =
+          std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
+      at::Tensor in = borrowed(output, rank_ * n, n);
+      at::Tensor out = borrowed(output, peer * n, n);
+      pending->add(pg_->alltoall_base(out, in, receiveSplits, sendSplits, opts));
+      return pending;
+    }
     // Small: one all-to-all whose every send slot holds this rank's bytes. One collective (each
     // has a fixed cost that dominates below a MiB); the copies cost W * n bytes here, less than
     // allgather's two.
