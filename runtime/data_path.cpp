@@ -90,6 +90,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
       send_ = recv_.narrow(0, backend_->rank() * bytes, bytes);
       pack(req, send_.data_ptr());  // while the envelope is on its way
     }
+    if (carried) placeOwnRows();  // the envelope, payload and all, is on its way
     if (req.asyncStart) {
       // The issuer thread checks the envelope (and issues a payload that did not ride in it); it
       // drops its references to the buffers right after, and this unshard keeps its own until
@@ -103,6 +104,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
         };
       }
       deferred_ = issueAfter(opened.order, std::move(envelope), nullptr, std::move(issue));
+      if (!carried) placeOwnRows();
       return;
     }
     try {
@@ -111,6 +113,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
     } catch (const std::exception& e) {
       raiseCollectiveFailure(spec, e);
     }
+    if (!carried) placeOwnRows();
   }
 
   void finish() override {
@@ -122,7 +125,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
     std::vector<void*> dst;
     for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
     layout::unpackCpu(layout_, static_cast<const char*>(recv_.data_ptr()) + chunkOffset_, dst,
-                      chunkStride_);
+                      chunkStride_, ownRank_);
     send_.reset();
     recv_.reset();
   }
@@ -148,15 +151,34 @@ class HostCollectiveUnshard final : public PendingUnshard {
 
  private:
   void pack(const UnshardRequest& req, void* dst) {
-    std::vector<at::Tensor> packedSources;  // keeps cast copies alive while packing
+    packedSources_.clear();  // keeps cast copies alive until placeOwnRows
+    packedSources_.reserve(req.shards.size());
     std::vector<const void*> src;
+    src.reserve(req.shards.size());
     for (size_t i = 0; i < req.shards.size(); ++i) {
-      at::Tensor s = req.shards[i].detach();
-      if (s.scalar_type() != req.dtypes[i]) s = s.to(req.dtypes[i]);
-      packedSources.push_back(s.contiguous());
-      src.push_back(packedSources.back().data_ptr());
+      const at::Tensor& shard = req.shards[i];
+      if (shard.scalar_type() == req.dtypes[i] && shard.is_contiguous()) {
+        packedSources_.push_back(shard);  // read as it is: no new tensor on every gather
+      } else {
+        packedSources_.push_back(shard.detach().to(req.dtypes[i]).contiguous());
+      }
+      src.push_back(packedSources_.back().data_ptr());
     }
     layout::packCpu(layout_, src, dst);
+    ownRank_ = backend_->rank();
+  }
+
+  // This rank's rows go into the full tensors once the collective is on its way, from the same
+  // tensors the pack read (nothing runs between the two), so finish() copies only the peers' rows
+  // after the wait. Not from this rank's packed slot: some backends rewrite it while the
+  // collective runs (the all-to-all of W > 2 copies its send slot there).
+  void placeOwnRows() {
+    std::vector<const void*> src;
+    for (const at::Tensor& s : packedSources_) src.push_back(s.data_ptr());
+    std::vector<void*> dst;
+    for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
+    layout::unpackRankCpu(layout_, ownRank_, src, dst);
+    packedSources_.clear();
   }
 
   std::unique_ptr<PendingCollective> takeDeferred() {
@@ -176,6 +198,8 @@ class HostCollectiveUnshard final : public PendingUnshard {
   std::shared_ptr<CollectiveBackend> backend_;
   at::Tensor send_;  // this rank's slot of recv_; undefined when the payload rides in its envelope
   at::Tensor recv_;  // every rank's packed chunk: the payload's receive buffer, or the envelopes'
+  std::vector<at::Tensor> packedSources_;  // the shards as packed, until placeOwnRows
+  int64_t ownRank_ = -1;  // whose rows placeOwnRows wrote: finish() skips them
   int64_t chunkStride_ = 0;  // rank r's packed chunk is at recv_ + chunkOffset_ + r * chunkStride_
   int64_t chunkOffset_ = 0;
   std::shared_ptr<DeferredCollective> deferred_;  // all_gather_start: the issuer thread's part

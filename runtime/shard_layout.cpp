@@ -129,17 +129,22 @@ int64_t PackLayout::totalFullBytes() const {
   return total;
 }
 
-std::vector<Segment> PackLayout::unpackSegments(size_t i) const {
+Segment PackLayout::unpackSegment(size_t i, int64_t rank) const {
   const ParamSpec& p = params_.at(i);
+  Segment s;
+  s.rank = rank;
+  s.srcOffset = rank * packedBytes_ + offsets_[i];
+  const int64_t rows = validRowsOnRank(p.fullRows, world_, rank);
+  if (rows == 0) return s;
+  s.dstOffset = rowBegin(p.fullRows, world_, rank) * p.rowBytes;
+  s.bytes = rows * p.rowBytes;
+  return s;
+}
+
+std::vector<Segment> PackLayout::unpackSegments(size_t i) const {
   std::vector<Segment> segs;
   for (int64_t r = 0; r < world_; ++r) {
-    const int64_t rows = validRowsOnRank(p.fullRows, world_, r);
-    if (rows == 0) continue;
-    Segment s;
-    s.rank = r;
-    s.srcOffset = r * packedBytes_ + offsets_[i];
-    s.dstOffset = rowBegin(p.fullRows, world_, r) * p.rowBytes;
-    s.bytes = rows * p.rowBytes;
+    const Segment s = unpackSegment(i, r);
     if (s.bytes > 0) segs.push_back(s);
   }
   return segs;
@@ -254,7 +259,7 @@ void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector
 }
 
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls,
-               int64_t chunkStride) {
+               int64_t chunkStride, int64_t skipRank) {
   if (chunkStride < layout.packedBytes()) {
     throw std::invalid_argument("fsdp layout: unpackCpu chunks " + std::to_string(chunkStride) +
                                 " bytes apart cannot hold " + std::to_string(layout.packedBytes()) +
@@ -268,9 +273,27 @@ void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector
   const auto* in = static_cast<const char*>(gathered);
   for (size_t i = 0; i < layout.numParams(); ++i) {
     auto* out = static_cast<char*>(fulls[i]);
-    for (const Segment& s : layout.unpackSegments(i)) {
+    for (int64_t r = 0; r < layout.world(); ++r) {
+      if (r == skipRank) continue;
+      const Segment s = layout.unpackSegment(i, r);
+      if (s.bytes == 0) continue;
       const int64_t src = s.srcOffset + s.rank * (chunkStride - layout.packedBytes());
       std::memcpy(out + s.dstOffset, in + src, static_cast<size_t>(s.bytes));
+    }
+  }
+}
+
+void unpackRankCpu(const PackLayout& layout, int64_t rank, const std::vector<const void*>& shards,
+                   const std::vector<void*>& fulls) {
+  if (shards.size() != layout.numParams() || fulls.size() != layout.numParams()) {
+    throw std::invalid_argument("fsdp layout: unpackRankCpu got " + std::to_string(shards.size()) +
+                                " shards and " + std::to_string(fulls.size()) + " outputs for " +
+                                std::to_string(layout.numParams()) + " parameters");
+  }
+  for (size_t i = 0; i < layout.numParams(); ++i) {
+    const Segment s = layout.unpackSegment(i, rank);
+    if (s.bytes > 0) {
+      std::memcpy(static_cast<char*>(fulls[i]) + s.dstOffset, shards[i], static_cast<size_t>(s.bytes));
     }
   }
 }

@@ -93,6 +93,9 @@ class PackLayout {
   /// Copies that rebuild parameter i from the gathered buffer, in rank order; ranks that hold
   /// only padding contribute no segment.
   std::vector<Segment> unpackSegments(size_t i) const;
+  /// Rank `rank`'s segment of parameter i (bytes 0 when it holds only padding). The copy loops
+  /// use it: they run on every gather, and a vector per parameter is an allocation per parameter.
+  Segment unpackSegment(size_t i, int64_t rank) const;
 
  private:
   std::vector<ParamSpec> params_;
@@ -158,9 +161,14 @@ void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, v
 /// unpack: fills fulls[i] (fullBytes(i) bytes) from the gathered buffer.
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls);
 /// The same from W packed chunks `chunkStride` >= packedBytes() bytes apart (rank r's at
-/// gathered + r * chunkStride): packed payloads that travelled inside larger envelopes.
+/// gathered + r * chunkStride): packed payloads that travelled inside larger envelopes. With
+/// `skipRank` in [0, W), that rank's rows are left as they are (unpackRankCpu wrote them).
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls,
-               int64_t chunkStride);
+               int64_t chunkStride, int64_t skipRank = -1);
+/// Rank `rank`'s rows of every full parameter from its own shards (shards[i] as for packCpu),
+/// without the collective: a rank can place its own rows while its peers' are on the way.
+void unpackRankCpu(const PackLayout& layout, int64_t rank, const std::vector<const void*>& shards,
+                   const std::vector<void*>& fulls);
 
 }  // namespace layout
 }  // namespace fsdp_opt

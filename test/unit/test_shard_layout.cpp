@@ -193,6 +193,26 @@ void roundTrip(const std::vector<ParamSpec>& specs, int64_t world, uint32_t seed
     EXPECT_EQ(fulls[i], originals[i]) << "param " << i << " world " << world << " (in envelopes)";
   }
   EXPECT_THROW(unpackCpu(l, enveloped.data(), outs, l.packedBytes() - 1), std::invalid_argument);
+  // Each rank's own rows from its shards first, then everyone else's from the chunks: the same
+  // fulls, whichever rank goes first.
+  for (int64_t own = 0; own < world; ++own) {
+    for (auto& f : fulls) std::fill(f.begin(), f.end(), 0xCD);
+    std::vector<const void*> ownChunk;
+    for (size_t i = 0; i < specs.size(); ++i) ownChunk.push_back(gathered.data() + own * l.packedBytes() + l.offset(i));
+    unpackRankCpu(l, own, ownChunk, outs);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      const int64_t begin = rowBegin(specs[i].fullRows, world, own) * specs[i].rowBytes;
+      const int64_t rows = validRowsOnRank(specs[i].fullRows, world, own) * specs[i].rowBytes;
+      for (int64_t b = 0; b < l.fullBytes(i); ++b) {
+        const bool mine = b >= begin && b < begin + rows;
+        ASSERT_EQ(fulls[i][b], mine ? originals[i][b] : 0xCD) << "param " << i << " byte " << b << " rank " << own;
+      }
+    }
+    unpackCpu(l, enveloped.data() + 64, outs, stride, own);
+    for (size_t i = 0; i < specs.size(); ++i) {
+      EXPECT_EQ(fulls[i], originals[i]) << "param " << i << " world " << world << " own rank " << own;
+    }
+  }
 }
 
 }  // namespace
