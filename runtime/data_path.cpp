@@ -124,8 +124,9 @@ class HostCollectiveUnshard final : public PendingUnshard {
     }
     std::vector<void*> dst;
     for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
+    // This rank's rows are in place already (placeOwnRows).
     layout::unpackCpu(layout_, static_cast<const char*>(recv_.data_ptr()) + chunkOffset_, dst,
-                      chunkStride_, ownRank_);
+                      chunkStride_, backend_->rank());
     send_.reset();
     recv_.reset();
   }
@@ -165,7 +166,6 @@ class HostCollectiveUnshard final : public PendingUnshard {
       src.push_back(packedSources_.back().data_ptr());
     }
     layout::packCpu(layout_, src, dst);
-    ownRank_ = backend_->rank();
   }
 
   // This rank's rows go into the full tensors once the collective is on its way, from the same
@@ -177,7 +177,7 @@ class HostCollectiveUnshard final : public PendingUnshard {
     for (const at::Tensor& s : packedSources_) src.push_back(s.data_ptr());
     std::vector<void*> dst;
     for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
-    layout::unpackRankCpu(layout_, ownRank_, src, dst);
+    layout::unpackRankCpu(layout_, backend_->rank(), src, dst);
     packedSources_.clear();
   }
 
@@ -199,7 +199,6 @@ class HostCollectiveUnshard final : public PendingUnshard {
   at::Tensor send_;  // this rank's slot of recv_; undefined when the payload rides in its envelope
   at::Tensor recv_;  // every rank's packed chunk: the payload's receive buffer, or the envelopes'
   std::vector<at::Tensor> packedSources_;  // the shards as packed, until placeOwnRows
-  int64_t ownRank_ = -1;  // whose rows placeOwnRows wrote: finish() skips them
   int64_t chunkStride_ = 0;  // rank r's packed chunk is at recv_ + chunkOffset_ + r * chunkStride_
   int64_t chunkOffset_ = 0;
   std::shared_ptr<DeferredCollective> deferred_;  // all_gather_start: the issuer thread's part

@@ -149,16 +149,15 @@ class GlooBackend final : public CollectiveBackend {
     // flat receive buffer on its worker thread, then a copy out of it; and, in torch 2.x, another
     // in the caller's thread that lives until the worker takes its next job). On torch 2.15 those
     // caller-side blocks fragmented glibc's heap: a rank file's `generate` grew the process by
-    // about 200 KiB per call, without bound (docs/runtime.md, "Backends"). The two
-    // collectives below write straight into `output`.
+    // about 200 KiB per call, without bound (docs/runtime.md, "Backends"). The collectives
+    // below write straight into `output`.
     if (size_ == 2) {
       // Two ranks, any size: an all-to-all that sends nothing to itself, so `input` is the whole
       // send buffer and the peer's bytes land in its slot of `output`: no send slots to fill
       // here, and no copy of this rank's bytes to itself on Gloo's worker thread. Faster than
       // the two broadcasts below from 1.8 to 6.5 MiB per rank too (docs/runtime.md, "Backends").
       const int peer = 1 - rank_;
-      uint8_t* own = static_cast<uint8_t*>(output.data_ptr()) + rank_ * n;
-      if (own != input.data_ptr()) std::memcpy(own, input.data_ptr(), static_cast<size_t>(n));
+      copyIntoOwnSlot(input, output, n);
       // Two vectors: c10d may move the output counts into its work object.
       std::vector<int64_t> sendSplits(2, n), receiveSplits(2, n);
       sendSplits[rank_] = 0;
@@ -177,8 +176,7 @@ class GlooBackend final : public CollectiveBackend {
       // buffer, and Gloo's worker threads move the ranks' slots at the same time (measured on
       // loopback, 2 ranks, 6.5 MiB each: 14.1 ms a gather, against 16.3 ms for two concurrent
       // allgathers of half the bytes and 16.6 ms for one all-to-all).
-      uint8_t* own = static_cast<uint8_t*>(output.data_ptr()) + rank_ * n;
-      if (own != input.data_ptr()) std::memcpy(own, input.data_ptr(), static_cast<size_t>(n));
+      copyIntoOwnSlot(input, output, n);
       auto pending =
           std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
       for (int root = 0; root < size_; ++root) {
@@ -241,6 +239,13 @@ class GlooBackend final : public CollectiveBackend {
   }
 
  private:
+  // The exchange and the broadcasts send from this rank's slot of `output`; the data paths pack
+  // straight into it, so this copies only when a caller passed bytes from elsewhere.
+  void copyIntoOwnSlot(const at::Tensor& input, const at::Tensor& output, int64_t n) const {
+    uint8_t* own = static_cast<uint8_t*>(output.data_ptr()) + rank_ * n;
+    if (own != input.data_ptr()) std::memcpy(own, input.data_ptr(), static_cast<size_t>(n));
+  }
+
   int rank_;
   int size_;
   c10::intrusive_ptr<c10d::ProcessGroupGloo> pg_;
