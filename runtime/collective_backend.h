@@ -137,6 +137,14 @@ std::unique_ptr<CollectiveBackend> createGlooBackend(const BackendRendezvous& gr
                                                      const c10::Device& tensors,
                                                      const std::string& context);
 
+/// The backend of `group` for CPU tensors: Gloo (createGlooBackend), or the shared-memory
+/// transport (shm_backend.cpp) when every rank of the group set FSDP_OPT_CPU_TRANSPORT=shm and
+/// can map one segment (one host). Every rank takes part in the choice through the group's store,
+/// so every rank makes the same one.
+std::unique_ptr<CollectiveBackend> createHostBackend(const BackendRendezvous& group,
+                                                     const c10::Device& tensors,
+                                                     const std::string& context);
+
 /// Options of the NCCL backend.
 struct NcclBackendOptions : CollectiveBackend::Options {
   /// FSDP_OPT_CUDA_BLOCKING_WAIT=1: PendingCollective::wait() blocks the host until the

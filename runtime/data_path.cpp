@@ -218,7 +218,7 @@ struct DevicePathTable {
 };
 
 DevicePathTable& devicePathTable() {
-  static auto* table = new DevicePathTable{{}, {{c10::DeviceType::CPU, startHostUnshard, createGlooBackend}}};
+  static auto* table = new DevicePathTable{{}, {{c10::DeviceType::CPU, startHostUnshard, createHostBackend}}};
   return *table;
 }
 

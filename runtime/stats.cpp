@@ -102,6 +102,7 @@ std::vector<std::pair<std::string, int64_t>> Stats::items() const {
           {"bytes_sent_world", bytes_sent_world},
           {"bytes_sent_shard_group", bytes_sent_shard_group},
           {"bytes_sent_replica_group", bytes_sent_replica_group},
+          {"shm_rounds", shm_rounds},
           {"host_buffer_cached_bytes", host_buffer_cached_bytes},
           {"host_buffer_cache_limit", host_buffer_cache_limit},
           {"host_buffer_live_bytes", host_buffer_live_bytes},

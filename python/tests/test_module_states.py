@@ -6,10 +6,16 @@ module is left as it was."""
 
 import json
 
+import pytest
+
 from test_torchrun import run_two_ranks
 
 
-def test_different_seeds_fail_or_sync_from_rank_0(fsdp_opt, fm, tmp_path):
+# The broadcast from rank 0 over both CPU transports (docs/runtime.md, "The shared-memory
+# transport").
+@pytest.mark.parametrize("transport", ["gloo", "shm"])
+def test_different_seeds_fail_or_sync_from_rank_0(fsdp_opt, fm, tmp_path, monkeypatch, transport):
+    monkeypatch.setenv("FSDP_OPT_CPU_TRANSPORT", transport)
     out_dir = tmp_path / "results"
     out_dir.mkdir()
     run_two_ranks(fsdp_opt, fm, tmp_path, "module_states_worker.py", str(out_dir))

@@ -42,6 +42,9 @@ struct Stats {
   int64_t bytes_sent_world = 0;
   int64_t bytes_sent_shard_group = 0;
   int64_t bytes_sent_replica_group = 0;
+  // Rounds of the shared-memory CPU transport (FSDP_OPT_CPU_TRANSPORT=shm) this rank completed:
+  // one per collective of at most 4 MiB per rank; 0 while the CPU collectives go over Gloo.
+  int64_t shm_rounds = 0;
   // Readings of the CPU gather buffer pool when the snapshot is taken (state, not counts):
   int64_t host_buffer_cached_bytes = 0;  // freed buffers kept for reuse
   int64_t host_buffer_cache_limit = 0;   // the most it may keep: max pool bytes alive at once
