@@ -29,6 +29,9 @@ every rank decodes exactly --new-tokens, --hf-new-tokens for (f)):
               the call. Against `unsharded`: what the rewrite costs besides its one gather
   budget      the same with --max-unsharded-bytes = the smallest budget any schedule can keep
               (fsdp-opt --max-unsharded-bytes=1 names it): root + one layer
+  ... shm     fsdp-opt's rows again with FSDP_OPT_CPU_TRANSPORT=shm (same-host shared memory in
+              place of Gloo's loopback TCP), in a launch of their own per round beside the
+              unsharded copies (whose samples join the other launch's)
   FSDP2 T     eager FSDP2: fully_shard on every unit fsdp-opt has (the Blocks and both heads, or
               every GPT2Block), then the root, reshard_after_forward=True, and
               register_fsdp_forward_method(root, METHOD) for the loop's method; (a)-(e) call the
@@ -89,9 +92,15 @@ KINDS = {
     "budget": "fsdp-opt, root + 1 layer",
     "fsdp2_t": "FSDP2, reshard=True",
     "fsdp2_f": "FSDP2, reshard=False",
+    "fsdp_opt_shm": "fsdp-opt, no budget, shm",
+    "budget_shm": "fsdp-opt, root + 1 layer, shm",
 }
 SINGLE_PROCESS = ("unsharded", "eager")
-OURS = {"fsdp_opt": "nobudget", "budget": "budget"}
+OURS = {"fsdp_opt": "nobudget", "budget": "budget", "fsdp_opt_shm": "nobudget", "budget_shm": "budget"}
+# Kinds whose rank processes set FSDP_OPT_CPU_TRANSPORT=shm (docs/runtime.md, "The shared-memory
+# transport"): the transport is chosen once per process, so they run in a launch of their own,
+# beside the unsharded copies again, in every round.
+SHM_KINDS = ("fsdp_opt_shm", "budget_shm")
 
 
 def config_name(loop, kind):
@@ -134,6 +143,7 @@ def _runtime_counts(per_call):
     return {"all_gathers": sum(s["all_gathers"] for s in per_call) / n,
             "other": {"agreements": sum(s["agreements"] for s in per_call) / n},
             "bytes_gathered": sum(s["bytes_gathered"] for s in per_call) / n,
+            "shm_rounds": sum(s["shm_rounds"] for s in per_call) / n,
             "peak_unsharded_bytes": max(s["peak_unsharded_bytes"] for s in per_call),
             "left_unsharded": max(s["unsharded_bytes"] for s in per_call)}
 
@@ -364,12 +374,22 @@ def main(argv=None):
         probes = {key: [] for key in wanted}
         load_start = bc.report_load()
         wall_t0 = time.perf_counter()
-        for rnd, schedule, values, secs in bc.launch_rounds(bench_worker, common, configs, a.rounds, a.timeout, env):
-            for i, cfg in enumerate(schedule):
-                samples[cfg].append([v[i] for v in values])
-            for key in wanted:  # the probe: after the configurations, on the same processes
-                probes[key] += [max(ts) for ts in zip(*[v[-1]["times"][key] for v in values])]
-            print("round %d/%d: %.1f s" % (rnd, a.rounds, secs), flush=True)
+        launches = [("gloo", [c for c in configs if c.split("/")[1] not in SHM_KINDS], env)]
+        shm_configs = [c for c in configs if c.split("/")[1] in SHM_KINDS]
+        if shm_configs:
+            shm_env = dict(env, FSDP_OPT_CPU_TRANSPORT="shm")
+            launches.append(("shm", [c for c in configs if c.split("/")[1] == "unsharded"] + shm_configs, shm_env))
+        for rnd in range(a.rounds):
+            for transport, launch_configs, launch_env in bc.rotated(launches, rnd):
+                t0 = time.perf_counter()
+                schedule = bc.rotated(launch_configs, rnd)
+                values = bc.launch_ranks(bench_worker, dict(common, schedule=schedule),
+                                         "round %d (%s)" % (rnd + 1, transport), a.timeout, launch_env)
+                for i, cfg in enumerate(schedule):
+                    samples[cfg].append([v[i] for v in values])
+                for key in wanted:  # the probe: after the configurations, on the same processes
+                    probes[key] += [max(ts) for ts in zip(*[v[-1]["times"][key] for v in values])]
+                print("round %d/%d (%s): %.1f s" % (rnd + 1, a.rounds, transport, time.perf_counter() - t0), flush=True)
         wall_s = time.perf_counter() - wall_t0
         load_end = os.getloadavg()
 
@@ -402,7 +422,7 @@ def main(argv=None):
                          "label": label(loop, kind), "ms": 1e3 * median(per_call), "ms_all": [1e3 * t for t in per_call],
                          "cpu_ms": 1e3 * median(cpu_call), "n_timed": len(per_call),
                          "all_gathers": counts.get("all_gathers"), "other_collectives": counts.get("other", {}),
-                         "bytes_gathered": counts.get("bytes_gathered"),
+                         "bytes_gathered": counts.get("bytes_gathered"), "shm_rounds": counts.get("shm_rounds"),
                          "peak_unsharded_bytes": counts.get("peak_unsharded_bytes"),
                          "left_unsharded_bytes": counts.get("left_unsharded"),
                          "predicted_gathers": predicted, "tokens": want[0].tolist(),
@@ -464,15 +484,28 @@ def main(argv=None):
                 if r["budget"]:
                     b2 = r["budget"][key]
                     target(loop, "budget faster than FSDP2 T", metric, b2 < t, "%.2fx" % (t / b2))
-            if r["budget"]:
-                pb, pt = r["budget"]["peak_unsharded_bytes"], r["fsdp2_t"]["peak_unsharded_bytes"]
-                target(loop, "budget peak unsharded <= FSDP2 T", "bytes", pb <= pt, "%d vs %d" % (pb, pt))
+                if r["fsdp_opt_shm"]:
+                    b = r["fsdp_opt_shm"][key]
+                    target(loop, "no budget (shm) within 1.1x of unsharded", metric, b <= 1.1 * u, "%.2fx" % (b / u))
+                    if key == "ms":
+                        ul = r["unsharded"]["ms_lockstep"]
+                        target(loop, "no budget (shm) within 1.1x of unsh. lockstep", metric, b <= 1.1 * ul,
+                               "%.2fx" % (b / ul))
+                    target(loop, "no budget (shm) >= 3x faster than FSDP2 T", metric, t >= 3 * b, "%.2fx" % (t / b))
+                if r["budget_shm"]:
+                    b2 = r["budget_shm"][key]
+                    target(loop, "budget (shm) faster than FSDP2 T", metric, b2 < t, "%.2fx" % (t / b2))
+            for kind in ("budget", "budget_shm"):
+                if r[kind]:
+                    pb, pt = r[kind]["peak_unsharded_bytes"], r["fsdp2_t"]["peak_unsharded_bytes"]
+                    target(loop, "%s peak unsharded <= FSDP2 T" % kind.replace("_shm", " (shm)"), "bytes", pb <= pt,
+                           "%d vs %d" % (pb, pt))
         probe_ms = {key: 1e3 * median(probes[key]) for key in wanted}
         print("one all-gather of the whole model alone (torch.distributed gloo, median of %d, slower rank): %s"
               % (len(probes[wanted[0]]), "; ".join("%s %s in %.1f ms" % (key, fmt_bytes(probe_bytes[key]), probe_ms[key])
                                                   for key in wanted)))
         print("fsdp-opt --stats, gathers per call predicted / counted: " + "; ".join(
-            "%s %s %s/%s" % (LOOPS[r["loop"]][2], "budget" if r["kind"] == "budget" else "no budget",
+            "%s %s %s/%s" % (LOOPS[r["loop"]][2], r["kind"].replace("fsdp_opt", "no budget").replace("_shm", " (shm)"),
                              r["predicted_gathers"], fmt_count(r["all_gathers"]))
             for r in rows.values() if r["kind"] in OURS))
         for loop in loops:
@@ -491,6 +524,12 @@ def main(argv=None):
         print("fsdp-opt counts: %s" % ("as --stats predicts, nothing left unsharded after a call, none inside a scope"
                                        if counts_ok
                                        else "DIFFER from --stats or something stayed unsharded"))
+        # The transport each row claims is the one that ran: shm rounds in every call of the shm
+        # rows, none in the others.
+        transport_ok = all((r["shm_rounds"] or 0) > 0 if r["kind"] in SHM_KINDS else not r["shm_rounds"]
+                           for r in rows.values() if r["kind"] in OURS or r["kind"] == "scoped")
+        print("transport: %s" % ("the shm rows went over shared memory, the others over Gloo" if transport_ok
+                                 else "WRONG: a row's collectives did not use the transport it names"))
         same_kv = sorted({str(rows[config_name(lp, "unsharded")]["tokens"]) for lp in loops if lp in "abcd"})
         if len(same_kv) > 1:
             print("note: loops (a)-(d) of the KVDecoder decode different tokens from each other")
@@ -503,11 +542,11 @@ def main(argv=None):
 
         out = {"shapes": shapes, "prompt": a.prompt, "budgets": budgets, "units": units,
                "rounds": a.rounds, "warmup": a.warmup, "repeats": a.repeats, "loops": loops, "kinds": kinds,
-               "rows": rows, "targets": targets, "probe_bytes": probe_bytes, "probe_gather_ms": probe_ms, "all_bitwise_equal": all_equal, "counts_as_predicted": counts_ok,
+               "rows": rows, "targets": targets, "probe_bytes": probe_bytes, "probe_gather_ms": probe_ms, "all_bitwise_equal": all_equal, "counts_as_predicted": counts_ok, "transport_ok": transport_ok,
                **bc.run_record(load_start, load_end, opt, wall_s, argv, table)}
         if a.json:
             bc.write_json(a.json, out)
-        return 0 if all_equal and counts_ok else 1
+        return 0 if all_equal and counts_ok and transport_ok else 1
 
 
 if __name__ == "__main__":

@@ -25,11 +25,13 @@ agreements (fsdp::rank_any of the rank-uniform decoding loop); a gather's finger
 is not counted, and carries the payload itself once the same collectives have come before
 (docs/runtime.md, "Collective fingerprints"). Every fsdp-opt call's output is compared with the
 unsharded call's, bit for bit. With --lib LABEL=PATH (repeatable) the rank files run under each
-runtime library in turn, in fresh rank processes, every round: before/after rows of one run.
+runtime library in turn, in fresh rank processes, every round: before/after rows of one run;
+with --cpu-transport gloo,shm the same over both of the runtime's CPU transports.
 
     python bench/entry_cost.py                  # full run; --json bench/results/entry_cost.json
     python bench/entry_cost.py --quick          # smoke: tiny model, 1 round (test/bench-smoke.py)
     python bench/entry_cost.py --lib before=OLD.so --lib after=build/t2/lib/libfsdp_runtime.so
+    python bench/entry_cost.py --cpu-transport gloo,shm
 """
 
 import argparse
@@ -110,6 +112,7 @@ def bench_worker(ctx):
         info[i]["all_gathers"] = sum(s["all_gathers"] for s in per_call) / len(per_call)
         info[i]["bytes_gathered"] = sum(s["bytes_gathered"] for s in per_call) / len(per_call)
         info[i]["agreements"] = sum(s["agreements"] for s in per_call) / len(per_call)
+        info[i]["shm_rounds"] = sum(s["shm_rounds"] for s in per_call) / len(per_call)
         info[i]["bitwise_equal"] = info[i]["bitwise_equal"] and torch.equal(
             confs["%d:fsdp" % i].first, confs["%d:unsharded" % i].first)
     return {"times": {k: c.times for k, c in confs.items()}, "cpu": {k: c.cpu for k, c in confs.items()},
@@ -133,6 +136,11 @@ def main(argv=None):
                    help="time the rank files under this libfsdp_runtime.so (repeatable: the libraries take "
                    "turns in every round, one row per library; default: the build's)")
     bc.add_build_args(p)
+    p.add_argument("--cpu-transport", default="gloo",
+                   help="comma-separated CPU transports of the fsdp runtime to run the rank files over, each in "
+                        "its own rank processes every round: gloo (the default), shm (FSDP_OPT_CPU_TRANSPORT=shm, "
+                        "docs/runtime.md \"The shared-memory transport\"); the raw all-gather stays "
+                        "torch.distributed's Gloo")
     p.add_argument("--json", help="write the results here")
     p.add_argument("--timeout", type=float, default=900, help="seconds per launch of rank processes")
     a = p.parse_args(argv)
@@ -172,7 +180,18 @@ def main(argv=None):
         print("fsdp-opt --stats, gathers per call: " + "; ".join("%s %s" % kv for kv in sorted(predicted.items())),
               flush=True)
 
-        libs = [tuple(x.split("=", 1)) for x in a.lib] or [("this build", lib)]
+        transports = [t for t in a.cpu_transport.split(",") if t]
+        for t in transports:
+            if t not in ("gloo", "shm"):
+                sys.exit("error: --cpu-transport: unknown transport %r (gloo, shm)" % t)
+        # Every runtime library over every transport; a label names both when there is a choice.
+        transport_of = {}
+        libs = []
+        for label, path in [tuple(x.split("=", 1)) for x in a.lib] or [("this build", lib)]:
+            for t in transports:
+                full = label if len(transports) == 1 else "%s, %s" % (label, t)
+                libs.append((full, path))
+                transport_of[full] = t
         common = {"model_pt": model_pt, "inputs": inputs, "dir": out_dir, "new_tokens": a.new_tokens,
                   "warmup": a.warmup, "repeats": a.repeats}
         load_start = bc.report_load()
@@ -184,6 +203,7 @@ def main(argv=None):
             for label, path in bc.rotated(libs, rnd):  # libraries take turns: the load hits both
                 t0 = time.perf_counter()
                 env = bc.rank_env(os.path.abspath(path))
+                env["FSDP_OPT_CPU_TRANSPORT"] = transport_of[label]
                 values = bc.launch_ranks(bench_worker, dict(common, offset=rnd), "round %d (%s)" % (rnd + 1, label),
                                          a.timeout, env)
                 for key in values[0]["times"]:
@@ -213,7 +233,8 @@ def main(argv=None):
                        "ratio_to_sequence": ms["fsdp"] / ms["sequence"] if ms["sequence"] else float("nan"),
                        "all_gathers": info["all_gathers"], "agreements": info["agreements"],
                        "bytes_gathered": info["bytes_gathered"], "raw_bytes_per_rank": info["raw_bytes_per_rank"],
-                       "predicted_gathers": predicted.get(method), "bitwise_equal": equal}
+                       "predicted_gathers": predicted.get(method), "bitwise_equal": equal,
+                       "cpu_transport": transport_of[label], "shm_rounds": info["shm_rounds"]}
                 rows.append(row)
                 lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
                               "%.3f" % ms["raw"], "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
@@ -237,15 +258,20 @@ def main(argv=None):
                      ", " + row["runtime"] if len(libs) > 1 else ""))
         if a.quick:
             print("(--quick: tiny model, few calls: timings and targets mean nothing here)")
+        # Each row ran over the transport it names: shared-memory rounds in the shm rows' calls only.
+        transport_ok = all((row["shm_rounds"] > 0) == (row["cpu_transport"] == "shm") for row in rows)
+        print("transport: %s" % ("every row's collectives went over the transport it names" if transport_ok
+                                 else "WRONG: a row's collectives did not use the transport it names"))
         print("bitwise: %s" % ("every fsdp-opt call's output equals the unsharded call's on every rank"
                                if all_equal else "MISMATCH"))
         out = {"model": model_kwargs, "batch": a.batch, "prompt": a.prompt, "new_tokens": a.new_tokens,
                "model_bytes": model_bytes, "units": units, "rounds": a.rounds, "warmup": a.warmup,
-               "repeats": a.repeats, "libs": dict(libs), "rows": rows, "all_bitwise_equal": all_equal,
+               "repeats": a.repeats, "libs": dict(libs), "cpu_transports": transports, "rows": rows,
+               "all_bitwise_equal": all_equal, "transport_ok": transport_ok,
                **bc.run_record(load_start, os.getloadavg(), {"sharded": {"cmd": cmd}}, wall_s, argv, table)}
         if a.json:
             bc.write_json(a.json, out)
-        return 0 if all_equal else 1
+        return 0 if all_equal and transport_ok else 1
 
 
 if __name__ == "__main__":

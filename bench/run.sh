@@ -20,7 +20,7 @@ if [ "${1:-}" = "--quick" ]; then
   "$python" "$root/bench/pass_scaling.py" --quick --build "$build"
   "$python" "$root/bench/divergent_generate.py" --quick --build "$build"
   "$python" "$root/bench/train_step.py" --quick --build "$build"
-  "$python" "$root/bench/entry_cost.py" --quick --build "$build"
+  "$python" "$root/bench/entry_cost.py" --quick --cpu-transport gloo,shm --build "$build"
   "$python" "$root/bench/decode_loops.py" --quick --build "$build"
   "$python" "$root/bench/shard_model.py" --quick --build "$build"
   "$python" "$root/bench/hsdp.py" --quick --build "$build"
@@ -36,7 +36,7 @@ mkdir -p "$root/bench/results"
   --json "$root/bench/results/divergent_generate.json"
 "$python" "$root/bench/train_step.py" --build "$build" \
   --json "$root/bench/results/train_step.json" --plot "$root/docs/bench_train.png"
-"$python" "$root/bench/entry_cost.py" --build "$build" \
+"$python" "$root/bench/entry_cost.py" --cpu-transport gloo,shm --build "$build" \
   --json "$root/bench/results/entry_cost.json"
 "$python" "$root/bench/decode_loops.py" --build "$build" \
   --json "$root/bench/results/decode_loops.json"

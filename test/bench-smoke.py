@@ -20,7 +20,9 @@
 # forward gathers the 5 units, generate(ids, 2) gathers 1 + 4 x 2 times and agrees 1 + 2 times,
 # each output bitwise the unsharded call's; decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
 # tokens, a traced 2-layer GPT-2 (f)) unsharded, under fsdp-opt with no budget and with root + one
-# layer, and under FSDP2 reshard True and False (Hugging Face's generate for (f)): every row's
+# layer (each again over the shared-memory transport, FSDP_OPT_CPU_TRANSPORT=shm, in a launch of its
+# own, whose rows must show shm rounds and the others none), and under FSDP2 reshard True and
+# False (Hugging Face's generate for (f)): every row's
 # tokens equal its loop's unsharded run on both ranks, fsdp-opt gathers once per call without a
 # budget (none at all inside `fsdp_opt.unsharded`) and 1 + 4 x (2 layers + head) = 13 times with it
 # (GPT-2: 1 + 4 x 2 = 9), as --stats predicts, agreeing 1 + once per loop iteration (4; 3 in the cached loop, whose prefill makes the
@@ -40,7 +42,7 @@
 # RUN: %python %S/../bench/pass_scaling.py --quick --work %t.pass | FileCheck %s --check-prefix=PASS
 # RUN: %python %S/../bench/divergent_generate.py --quick --work %t.div | FileCheck %s --check-prefix=DIV
 # RUN: %python %S/../bench/train_step.py --quick --work %t.train | FileCheck %s --check-prefix=TRAIN
-# RUN: %python %S/../bench/entry_cost.py --quick --work %t.entry | FileCheck %s --check-prefix=ENTRY
+# RUN: %python %S/../bench/entry_cost.py --quick --cpu-transport gloo,shm --work %t.entry | FileCheck %s --check-prefix=ENTRY
 # RUN: %python %S/../bench/decode_loops.py --quick --work %t.decode | FileCheck %s --check-prefix=DECODE
 # RUN: %python %S/../bench/shard_model.py --quick --work %t.shard | FileCheck %s --check-prefix=SHARD
 # RUN: %python %S/../bench/hsdp.py --quick --work %t.hsdp | FileCheck %s --check-prefix=HSDP
@@ -106,11 +108,16 @@
 # ENTRY: | entry call
 # ENTRY-NEXT: |---
 # Every call holds the whole model for the call (plan-gather-lifetimes), one bucket, and its loop
-# needs no agreement: 1 + 0 whatever the number of tokens.
-# ENTRY-NEXT: | generate(ids, 0) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
+# needs no agreement: 1 + 0 whatever the number of tokens, over Gloo and over the shared-memory
+# transport alike.
+# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY: transport: every row's collectives went over the transport it names
+# ENTRY-NEXT: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / lockstep, / FSDP2 T, CPU ms, then all-gathers,
 # other collectives, bytes gathered, peak unsharded, tokens equal.
 # DECODE: model kv: KVDecoder n_layer=2 d=32 {{.*}} least budget 51200 bytes (root + one layer = 51200)
@@ -124,6 +131,8 @@
 # DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -131,6 +140,8 @@
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -138,6 +149,8 @@
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -145,6 +158,8 @@
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| unsharded, eager {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -152,6 +167,8 @@
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, scripted {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| unsharded, eager HF generate {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -159,6 +176,8 @@
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 12 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 3 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE: target (a) while     budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
 # DECODE: target (b) for+break budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
 # DECODE: target (c) KV cache  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
@@ -167,6 +186,7 @@
 # DECODE: target (f) HF GPT-2  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (249600 vs 249600)
 # DECODE: gap (a) while     fsdp-opt {{.*}} inside unsharded (the rewrite, no collective)
 # DECODE: fsdp-opt counts: as --stats predicts, nothing left unsharded after a call, none inside a scope
+# DECODE-NEXT: transport: the shm rows went over shared memory, the others over Gloo
 # DECODE-NEXT: tokens: every configuration of each loop equals its unsharded run on both ranks, every call
 #
 # SHARD: model: GPT n_layer=4 n_embd=512 vocab=8192
