@@ -25,11 +25,7 @@ SLOT = 4 << 20  # bytes per rank and round (kSlotBytes)
 
 
 def shard(torch, full, world, rank):
-    n = full.shape[0]
-    c = -(-n // world)
-    rows = full[min(rank * c, n):min((rank + 1) * c, n)]
-    pad = torch.zeros((c - rows.shape[0],) + tuple(full.shape[1:]), dtype=full.dtype)
-    return torch.nn.Parameter(torch.cat([rows, pad]), requires_grad=False)
+    return torch.nn.Parameter(h.expected_shard(full, world, rank), requires_grad=False)
 
 
 def make_full(torch, shape, dtype, g):
