@@ -48,4 +48,7 @@ else:  # on every rank, under torchrun
                 for _ in range(16):
                     token = torch.argmax(model(tokens)[:, -1, :], dim=-1, keepdim=True)
                     tokens = torch.cat([tokens, token], dim=1)
-    print("rank %s: %s (%d all-gathers)" % (os.environ["RANK"], tokens.tolist(), fsdp_opt.stats()["all_gathers"]))
+    # One write per line: both ranks share torchrun's stdout.
+    sys.stdout.write("rank %s: %s (%d all-gathers)\n" % (os.environ["RANK"], tokens.tolist(),
+                                                           fsdp_opt.stats()["all_gathers"]))
+    sys.stdout.flush()

@@ -49,7 +49,7 @@ def main():
         if not t.check(r.returncode == 0, "torchrun --nproc_per_node=2 examples/hf_generate.py %s" % mode, r.describe()):
             continue
         for rank in (0, 1):
-            found = re.findall(r"rank %d: (\[\[.*\]\]) \((\d+) all-gathers\)" % rank, r.stdout)
+            found = re.findall(r"rank %d: (\[\[[^]]*\]\]) \((\d+) all-gathers\)" % rank, r.stdout)
             if not t.check(len(found) == 1, "%s: rank %d printed its tokens" % (mode, rank), r.stdout[-1500:]):
                 continue
             prompt = torch.randint(0, 128, (1, 5), generator=torch.Generator().manual_seed(rank))
