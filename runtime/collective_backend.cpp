@@ -35,6 +35,20 @@ void CollectiveBackend::checkAllGatherArgs(const at::Tensor& input,
              ": allGatherBytes input overlaps its output other than as rank ", rank(), "'s slot");
 }
 
+void CollectiveBackend::checkAllToAllArgs(const at::Tensor& input, const at::Tensor& output) const {
+  FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
+                 output.is_contiguous() && input.numel() == output.numel() && input.numel() % size() == 0,
+             ErrorKind::kInternal, "backend ", name(), ": all-to-all of ", input.numel(), " and ", output.numel(),
+             " bytes over ", size(), " ranks");
+}
+
+void CollectiveBackend::checkBroadcastArgs(const at::Tensor& buffer, int root) const {
+  FSDP_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.is_contiguous() &&
+                 buffer.device().is_cpu() && root >= 0 && root < size(),
+             ErrorKind::kInternal, "backend ", name(), ": broadcastBytes needs a contiguous 1-d CPU "
+             "uint8 buffer and a root rank below ", size());
+}
+
 std::unique_ptr<PendingCollective> CollectiveBackend::allGatherBytesAsync(const at::Tensor&,
                                                                           const at::Tensor&) {
   unsupported("asynchronous all-gather");

@@ -100,6 +100,10 @@ class CollectiveBackend {
   [[noreturn]] void unsupported(const std::string& what) const;
   /// Checks the common preconditions of allGatherBytes*Async: dtype, contiguity, sizes, device.
   void checkAllGatherArgs(const at::Tensor& input, const at::Tensor& output) const;
+  /// The same for allToAllBytesAsync: uint8, contiguous, equal sizes divisible by size().
+  void checkAllToAllArgs(const at::Tensor& input, const at::Tensor& output) const;
+  /// The same for broadcastBytesAsync: a contiguous 1-d CPU uint8 buffer, a root below size().
+  void checkBroadcastArgs(const at::Tensor& buffer, int root) const;
 
  private:
   Options options_;

@@ -209,10 +209,7 @@ class GlooBackend final : public CollectiveBackend {
     for (const at::Tensor* t : {&input, &output}) {
       if (!t->device().is_cpu()) unsupported("tensors on " + t->device().str() + " (it handles CPU tensors only)");
     }
-    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
-                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
-               ErrorKind::kInternal, "backend gloo: all-to-all of ", input.numel(), " and ", output.numel(),
-               " bytes over ", size_, " ranks");
+    checkAllToAllArgs(input, output);
     c10d::AllToAllOptions opts;
     opts.timeout = options().timeout;
     auto pending = std::make_unique<GlooPending>(std::vector<at::Tensor>{input, output}, options().timeout);
@@ -225,10 +222,7 @@ class GlooBackend final : public CollectiveBackend {
 
   std::unique_ptr<PendingCollective> broadcastBytesAsync(const at::Tensor& buffer,
                                                          int root) override {
-    FSDP_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.is_contiguous() &&
-                   buffer.device().is_cpu() && root >= 0 && root < size_,
-               ErrorKind::kInternal, "backend gloo: broadcastBytes needs a contiguous 1-d CPU "
-               "uint8 buffer and a root rank below ", size_);
+    checkBroadcastArgs(buffer, root);
     c10d::BroadcastOptions opts;
     opts.rootRank = root;
     opts.timeout = options().timeout;

@@ -22,10 +22,9 @@
 // Waiting spins briefly, then sleeps on a futex over the shared word, checking on every wake-up
 // the group's timeout and whether the awaited peer's process still exists.
 //
-// A collective runs to completion inside the call that issues it (every *Async returns a
-// finished PendingCollective): issuing one waits until every rank has issued it. The runtime's
-// callers issue in one order on every rank and wait for what they issued before anything else
-// that needs a peer, so this only moves where a rank waits (docs/runtime.md).
+// Issuing a collective never waits for a peer (fsdp::all_gather_start must return before its peers
+// start): it queues the collective and publishes its first round when this rank's slot is free.
+// Waiting for one moves the queue forward in issue order, from whichever thread waits (ShmChannel).
 //
 // Opt-in (SPEC section 7 names Gloo for CPU tensors): used by a group, from its first CPU
 // collective on, when every rank set FSDP_OPT_CPU_TRANSPORT=shm and can map the segment rank 0
@@ -103,6 +102,9 @@ size_t segmentBytes(int world) {
 }
 
 bool reached(uint32_t value, uint32_t target) { return static_cast<int32_t>(value - target) >= 0; }
+
+// Bytes of round i when n bytes go `piece` bytes per round.
+size_t pieceOf(int64_t i, int64_t n, int64_t piece) { return static_cast<size_t>(std::min(piece, n - i * piece)); }
 
 // Whether process `pid` has exited: gone, or a zombie its parent has not reaped yet (a launcher
 // may poll its children only now and then, and kill() succeeds on a zombie).
@@ -387,10 +389,10 @@ class ShmBackend final : public CollectiveBackend {
     op->signature = signatureOf(1, n, 0);
     op->rounds = (n + kSlotBytes - 1) / kSlotBytes;
     op->write = [in, n](int64_t i, uint8_t* slot) {
-      std::memcpy(slot, in + i * kSlotBytes, static_cast<size_t>(std::min(kSlotBytes, n - i * kSlotBytes)));
+      std::memcpy(slot, in + i * kSlotBytes, pieceOf(i, n, kSlotBytes));
     };
     op->read = [out, n](int64_t i, int p, const uint8_t* slot) {
-      std::memcpy(out + p * n + i * kSlotBytes, slot, static_cast<size_t>(std::min(kSlotBytes, n - i * kSlotBytes)));
+      std::memcpy(out + p * n + i * kSlotBytes, slot, pieceOf(i, n, kSlotBytes));
     };
     op->owners = {input, output};
     return channel_->issue(std::move(op), members());
@@ -398,10 +400,7 @@ class ShmBackend final : public CollectiveBackend {
 
   std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input, const at::Tensor& output) override {
     for (const at::Tensor* t : {&input, &output}) requireCpu(*t);
-    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
-                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
-               ErrorKind::kInternal, "backend shm: all-to-all of ", input.numel(), " and ", output.numel(),
-               " bytes over ", size_, " ranks");
+    checkAllToAllArgs(input, output);
     const int64_t n = input.numel() / size_;
     const auto* in = static_cast<const uint8_t*>(input.data_ptr());
     auto* out = static_cast<uint8_t*>(output.data_ptr());
@@ -414,23 +413,19 @@ class ShmBackend final : public CollectiveBackend {
     op->signature = signatureOf(2, n, 0);
     op->rounds = (n + piece - 1) / piece;
     op->write = [in, n, piece, me, world](int64_t i, uint8_t* slot) {
-      const int64_t c = std::min(piece, n - i * piece);
       for (int p = 0; p < world; ++p) {
-        if (p != me) std::memcpy(slot + p * piece, in + p * n + i * piece, static_cast<size_t>(c));
+        if (p != me) std::memcpy(slot + p * piece, in + p * n + i * piece, pieceOf(i, n, piece));
       }
     };
     op->read = [out, n, piece, me](int64_t i, int p, const uint8_t* slot) {
-      std::memcpy(out + p * n + i * piece, slot + me * piece, static_cast<size_t>(std::min(piece, n - i * piece)));
+      std::memcpy(out + p * n + i * piece, slot + me * piece, pieceOf(i, n, piece));
     };
     op->owners = {input, output};
     return channel_->issue(std::move(op), members());
   }
 
   std::unique_ptr<PendingCollective> broadcastBytesAsync(const at::Tensor& buffer, int root) override {
-    FSDP_CHECK(buffer.scalar_type() == at::kByte && buffer.dim() == 1 && buffer.is_contiguous() &&
-                   buffer.device().is_cpu() && root >= 0 && root < size_,
-               ErrorKind::kInternal, "backend shm: broadcastBytes needs a contiguous 1-d CPU "
-               "uint8 buffer and a root rank below ", size_);
+    checkBroadcastArgs(buffer, root);
     const int64_t n = buffer.numel();
     auto* data = static_cast<uint8_t*>(buffer.data_ptr());
     const bool isRoot = rank_ == root;
@@ -438,10 +433,10 @@ class ShmBackend final : public CollectiveBackend {
     op->signature = signatureOf(3, n, root);
     op->rounds = (n + kSlotBytes - 1) / kSlotBytes;
     op->write = [data, n, isRoot](int64_t i, uint8_t* slot) {
-      if (isRoot) std::memcpy(slot, data + i * kSlotBytes, static_cast<size_t>(std::min(kSlotBytes, n - i * kSlotBytes)));
+      if (isRoot) std::memcpy(slot, data + i * kSlotBytes, pieceOf(i, n, kSlotBytes));
     };
     op->read = [data, n, root](int64_t i, int p, const uint8_t* slot) {
-      if (p == root) std::memcpy(data + i * kSlotBytes, slot, static_cast<size_t>(std::min(kSlotBytes, n - i * kSlotBytes)));
+      if (p == root) std::memcpy(data + i * kSlotBytes, slot, pieceOf(i, n, kSlotBytes));
     };
     op->owners = {buffer};
     return channel_->issue(std::move(op), members());

@@ -463,10 +463,7 @@ class NcclBackend final : public CollectiveBackend {
   std::unique_ptr<PendingCollective> allToAllBytesAsync(const at::Tensor& input, const at::Tensor& output) override {
     checkTensorDevice(input.device(), "backend nccl: all-to-all");
     checkTensorDevice(output.device(), "backend nccl: all-to-all");
-    FSDP_CHECK(input.scalar_type() == at::kByte && output.scalar_type() == at::kByte && input.is_contiguous() &&
-                   output.is_contiguous() && input.numel() == output.numel() && input.numel() % size_ == 0,
-               ErrorKind::kInternal, "backend nccl: all-to-all of ", input.numel(), " and ", output.numel(),
-               " bytes over ", size_, " ranks");
+    checkAllToAllArgs(input, output);
     const c10::cuda::CUDAStream stream = c10::cuda::getCurrentCUDAStream(device_);
     auto probe = comm_->allToAll(static_cast<const uint8_t*>(input.data_ptr()), static_cast<uint8_t*>(output.data_ptr()),
                                  static_cast<size_t>(input.numel() / size_), stream);
