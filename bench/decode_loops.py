@@ -466,35 +466,27 @@ def main(argv=None):
 
         def target(loop, name, metric, ok, detail):
             targets.append({"loop": loop, "target": name, "metric": metric, "met": bool(ok), "detail": detail})
-            print("target %-13s %-46s %-5s %-7s (%s)" % (LOOPS[loop][2], name, metric, "MET" if ok else "NOT MET",
+            print("target %-13s %-52s %-5s %-7s (%s)" % (LOOPS[loop][2], name, metric, "MET" if ok else "NOT MET",
                                                           detail))
 
         for loop in loops:
             r = {k: rows.get(config_name(loop, k)) for k in KINDS}
             for key, metric in (("ms", "wall"), ("cpu_ms", "CPU")):
                 u, t = r["unsharded"][key], r["fsdp2_t"][key]
-                if r["fsdp_opt"]:
-                    b = r["fsdp_opt"][key]
-                    target(loop, "no budget within 1.1x of unsharded", metric, b <= 1.1 * u, "%.2fx" % (b / u))
-                    if key == "ms":
-                        ul = r["unsharded"]["ms_lockstep"]
-                        target(loop, "no budget within 1.1x of unsharded lockstep", metric, b <= 1.1 * ul,
-                               "%.2fx" % (b / ul))
-                    target(loop, "no budget >= 3x faster than FSDP2 T", metric, t >= 3 * b, "%.2fx" % (t / b))
-                if r["budget"]:
-                    b2 = r["budget"][key]
-                    target(loop, "budget faster than FSDP2 T", metric, b2 < t, "%.2fx" % (t / b2))
-                if r["fsdp_opt_shm"]:
-                    b = r["fsdp_opt_shm"][key]
-                    target(loop, "no budget (shm) within 1.1x of unsharded", metric, b <= 1.1 * u, "%.2fx" % (b / u))
-                    if key == "ms":
-                        ul = r["unsharded"]["ms_lockstep"]
-                        target(loop, "no budget (shm) within 1.1x of unsh. lockstep", metric, b <= 1.1 * ul,
-                               "%.2fx" % (b / ul))
-                    target(loop, "no budget (shm) >= 3x faster than FSDP2 T", metric, t >= 3 * b, "%.2fx" % (t / b))
-                if r["budget_shm"]:
-                    b2 = r["budget_shm"][key]
-                    target(loop, "budget (shm) faster than FSDP2 T", metric, b2 < t, "%.2fx" % (t / b2))
+                for no_budget, budget, over in (("fsdp_opt", "budget", ""), ("fsdp_opt_shm", "budget_shm", " (shm)")):
+                    if r[no_budget]:
+                        b = r[no_budget][key]
+                        target(loop, "no budget%s within 1.1x of unsharded" % over, metric, b <= 1.1 * u,
+                               "%.2fx" % (b / u))
+                        if key == "ms":
+                            ul = r["unsharded"]["ms_lockstep"]
+                            target(loop, "no budget%s within 1.1x of unsharded lockstep" % over, metric,
+                                   b <= 1.1 * ul, "%.2fx" % (b / ul))
+                        target(loop, "no budget%s >= 3x faster than FSDP2 T" % over, metric, t >= 3 * b,
+                               "%.2fx" % (t / b))
+                    if r[budget]:
+                        b2 = r[budget][key]
+                        target(loop, "budget%s faster than FSDP2 T" % over, metric, b2 < t, "%.2fx" % (t / b2))
             for kind in ("budget", "budget_shm"):
                 if r[kind]:
                     pb, pt = r[kind]["peak_unsharded_bytes"], r["fsdp2_t"]["peak_unsharded_bytes"]
