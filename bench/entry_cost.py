@@ -4,15 +4,19 @@ of the same bytes plus the unsharded call, W=2, CPU, Gloo, in ONE run (docs/runt
 cost of an entry call"; docs/benchmarks.md section 5).
 
 For each entry call (`generate(ids, 0)`, which gathers and returns at once; `forward(ids)`;
-`generate(ids, N)`) four configurations run in the same pair of rank processes, interleaved
+`generate(ids, N)`) five configurations run in the same pair of rank processes, interleaved
 call by call (bench_common.time_interleaved, a barrier before every timed call); the entry calls
 are timed one after the other (all calls of one, then the next), as a program calling one
 entry method in a loop does:
 
   unsharded  the original TorchScript model's call, in every rank process (no communication)
-  raw        ONE torch.distributed all_gather_into_tensor (Gloo, the benchmark's own group) of
-             uint8 buffers of the bytes fsdp-opt's call gathers: bytes_gathered / W per rank,
-             rounded up to 16 (fsdp::stats() of a warmup call)
+  raw        ONE torch.distributed all_gather_into_tensor (Gloo) of uint8 buffers of the bytes
+             fsdp-opt's call gathers: bytes_gathered / W per rank, rounded up to 16 (fsdp::stats()
+             of a warmup call), on a process group of its own, as the runtime's collectives are
+  raw_shared the same on the group whose barrier precedes every timed call: printed, not the
+             baseline, since the barrier has just woken that group's threads and the raw
+             all-gather that follows it costs less than one on a group idle since its last call
+             (docs/runtime.md, "The cost of an entry call")
   sequence   raw, then the unsharded call, timed as one: what gathering by hand and then calling
              costs, the two sharing the machine as they do inside fsdp-opt's call (on two cores,
              the collective's threads and the other rank still run when the call starts)
@@ -48,7 +52,7 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
 import bench_common as bc  # noqa: E402
 from bench_common import fmt_bytes, fmt_count, median  # noqa: E402
 
-KINDS = ("unsharded", "raw", "sequence", "fsdp")
+KINDS = ("unsharded", "raw", "raw_shared", "sequence", "fsdp")
 
 
 def _entries(new_tokens):
@@ -60,13 +64,14 @@ def _entries(new_tokens):
 # ---- rank side -------------------------------------------------------------------------------
 
 def bench_worker(ctx):
-    """Sets up the three configurations of every entry call and times them interleaved. Returns
+    """Sets up the configurations of every entry call and times them interleaved. Returns
     per configuration its times and CPU times, and per entry call the fsdp-opt call's counters,
     the raw buffer size and whether the outputs matched."""
     import torch
     import torch.distributed as dist
     a = ctx.args
     bc.init_rank(ctx)
+    raw_group = dist.new_group(backend="gloo")
     idx = torch.load(a["inputs"])
     entries = _entries(a["new_tokens"])
     with torch.no_grad():
@@ -87,9 +92,9 @@ def bench_worker(ctx):
             send = torch.full((per_rank,), ctx.rank, dtype=torch.uint8)
             recv = torch.empty((per_rank * ctx.world_size,), dtype=torch.uint8)
 
-            def raw(send=send, recv=recv):
+            def raw(send=send, recv=recv, group=raw_group):
                 if send.numel():
-                    dist.all_gather_into_tensor(recv, send)
+                    dist.all_gather_into_tensor(recv, send, group=group)
                 return recv
 
             fsdp = bc.CallConfig(lambda f=m_sh, args=args: f(*args))
@@ -97,11 +102,12 @@ def bench_worker(ctx):
             fsdp.after = lambda conf=fsdp: conf.per_call.append(ctx.stats())
             confs["%d:unsharded" % i] = bc.CallConfig(lambda f=m_orig, args=args: f(*args))
             confs["%d:raw" % i] = bc.CallConfig(raw)
+            confs["%d:raw_shared" % i] = bc.CallConfig(lambda raw=raw: raw(group=None))
             confs["%d:sequence" % i] = bc.CallConfig(lambda f=m_orig, args=args, raw=raw: (raw(), f(*args))[1])
             confs["%d:fsdp" % i] = fsdp
             info[i] = {"stats": s, "raw_bytes_per_rank": per_rank,
                        "bitwise_equal": bool(torch.equal(out_sh, m_orig(*args)))}
-        # One entry call after the other, each timed interleaved with its three baselines: a
+        # One entry call after the other, each timed interleaved with its four baselines: a
         # program calling one entry method over and over (a Python loop calling generate per
         # token), whose collectives repeat call after call.
         for i in bc.rotated(list(info), a.get("offset", 0)):
@@ -237,18 +243,19 @@ def main(argv=None):
                        "cpu_transport": transport_of[label], "shm_rounds": info["shm_rounds"]}
                 rows.append(row)
                 lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
-                              "%.3f" % ms["raw"], "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
+                              "%.3f" % ms["raw"], "%.3f" % ms["raw_shared"], "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
                               "%.2f" % row["ratio"], "%.2f" % row["ratio_to_sequence"],
                               "%s + %s" % (fmt_count(row["all_gathers"]), fmt_count(row["agreements"])),
                               fmt_bytes(row["bytes_gathered"]), "yes" if equal else "NO"))
-        head = ("entry call", "unsharded ms", "raw all-gather ms", "sum ms", "raw then unsharded ms", "fsdp-opt ms",
+        head = ("entry call", "unsharded ms", "raw all-gather ms", "raw, barrier's group ms", "sum ms", "raw then unsharded ms", "fsdp-opt ms",
                 "ratio", "ratio to sequence",
                 "gathers + agreements", "bytes gathered", "output == unsharded")
         table = bc.print_table(head, lines)
         n_timed = len(per_call[libs[0][0]]["0:fsdp"])
         print("ms: median over %d timed calls (%d rounds x %d) of the slower rank's wall time, after %d warmup "
               "calls each; raw all-gather: one torch.distributed all_gather_into_tensor (gloo) of the call's "
-              "bytes; raw then unsharded: the two as one timed call; ratio = fsdp-opt / sum; ratio to sequence = "
+              "bytes on a group of its own (raw, barrier's group: on the group of the barrier before every "
+              "call); sum = unsharded + raw all-gather; raw then unsharded: the two as one timed call; ratio = fsdp-opt / sum; ratio to sequence = "
               "fsdp-opt / raw then unsharded; gathers + agreements: the collectives of one fsdp-opt call "
               "(fsdp::stats() all_gathers, agreements); %.0f s in all" % (n_timed, a.rounds, a.repeats, a.warmup, wall_s))
         for row in rows:

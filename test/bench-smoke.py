@@ -110,12 +110,12 @@
 # Every call holds the whole model for the call (plan-gather-lifetimes), one bucket, and its loop
 # needs no agreement: 1 + 0 whatever the number of tokens, over Gloo and over the shared-memory
 # transport alike.
-# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY: transport: every row's collectives went over the transport it names
 # ENTRY-NEXT: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / lockstep, / FSDP2 T, CPU ms, then all-gathers,
