@@ -14,9 +14,9 @@ entry method in a loop does:
              fsdp-opt's call gathers: bytes_gathered / W per rank, rounded up to 16 (fsdp::stats()
              of a warmup call), on a process group of its own, as the runtime's collectives are
   raw_shared the same on the group whose barrier precedes every timed call: printed, not the
-             baseline, since the barrier has just woken that group's threads and the raw
-             all-gather that follows it costs less than one on a group idle since its last call
-             (docs/runtime.md, "The cost of an entry call")
+             baseline, since the barrier has just woken that group's threads, which fsdp-opt's
+             own group does not get (a few percent faster when measured: docs/runtime.md, "The
+             cost of an entry call")
   sequence   raw, then the unsharded call, timed as one: what gathering by hand and then calling
              costs, the two sharing the machine as they do inside fsdp-opt's call (on two cores,
              the collective's threads and the other rank still run when the call starts)
@@ -243,19 +243,21 @@ def main(argv=None):
                        "cpu_transport": transport_of[label], "shm_rounds": info["shm_rounds"]}
                 rows.append(row)
                 lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
-                              "%.3f" % ms["raw"], "%.3f" % ms["raw_shared"], "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
+                              "%.3f" % ms["raw"], "%.3f" % ms["raw_shared"], "%.3f" % base,
+                              "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
                               "%.2f" % row["ratio"], "%.2f" % row["ratio_to_sequence"],
                               "%s + %s" % (fmt_count(row["all_gathers"]), fmt_count(row["agreements"])),
                               fmt_bytes(row["bytes_gathered"]), "yes" if equal else "NO"))
-        head = ("entry call", "unsharded ms", "raw all-gather ms", "raw, barrier's group ms", "sum ms", "raw then unsharded ms", "fsdp-opt ms",
-                "ratio", "ratio to sequence",
+        head = ("entry call", "unsharded ms", "raw all-gather ms", "raw, barrier's group ms", "sum ms",
+                "raw then unsharded ms", "fsdp-opt ms", "ratio", "ratio to sequence",
                 "gathers + agreements", "bytes gathered", "output == unsharded")
         table = bc.print_table(head, lines)
         n_timed = len(per_call[libs[0][0]]["0:fsdp"])
         print("ms: median over %d timed calls (%d rounds x %d) of the slower rank's wall time, after %d warmup "
               "calls each; raw all-gather: one torch.distributed all_gather_into_tensor (gloo) of the call's "
               "bytes on a group of its own (raw, barrier's group: on the group of the barrier before every "
-              "call); sum = unsharded + raw all-gather; raw then unsharded: the two as one timed call; ratio = fsdp-opt / sum; ratio to sequence = "
+              "call); sum = unsharded + raw all-gather; raw then unsharded: the two as one timed call; "
+              "ratio = fsdp-opt / sum; ratio to sequence = "
               "fsdp-opt / raw then unsharded; gathers + agreements: the collectives of one fsdp-opt call "
               "(fsdp::stats() all_gathers, agreements); %.0f s in all" % (n_timed, a.rounds, a.repeats, a.warmup, wall_s))
         for row in rows:
