@@ -17,13 +17,21 @@ entry method in a loop does:
              baseline, since the barrier has just woken that group's threads, which fsdp-opt's
              own group does not get (a few percent faster when measured: docs/runtime.md, "The
              cost of an entry call")
+  raw_a2a    torch.distributed all_to_all_single moving the same bytes (each rank's bytes to
+             every rank), on a group of its own: printed, not the baseline (the issue's baseline
+             is an all-gather), since it is the fastest c10d collective that does the same
+             exchange on Gloo and what the runtime itself issues for two ranks
   sequence   raw, then the unsharded call, timed as one: what gathering by hand and then calling
              costs, the two sharing the machine as they do inside fsdp-opt's call (on two cores,
              the collective's threads and the other rank still run when the call starts)
   fsdp-opt   the rank file's call (root and every Block a unit, default pipeline, W=2)
 
-ms: the median over all timed calls of the slower rank's wall time. ratio = fsdp-opt /
-(unsharded + raw): the target is at most 1.2; fsdp-opt / sequence is printed beside it.
+Two regimes, each in its own table, timed in the same rank processes: "after a barrier", one
+call per timed sample, as above; "in a row", --loop-calls calls back to back per timed sample
+(the barrier before the first only), as a Python loop calling a rank file per token makes
+them, each configuration's own collectives following each other. ms: the median over all timed
+samples of the slower rank's wall time, per call. ratio = fsdp-opt / (unsharded + raw): the
+target is at most 1.2; fsdp-opt / sequence is printed beside it.
 Collectives per call: the runtime's all_gathers and
 agreements (fsdp::rank_any of the rank-uniform decoding loop); a gather's fingerprint envelope
 is not counted, and carries the payload itself once the same collectives have come before
@@ -36,6 +44,7 @@ with --cpu-transport gloo,shm the same over both of the runtime's CPU transports
     python bench/entry_cost.py --quick          # smoke: tiny model, 1 round (test/bench-smoke.py)
     python bench/entry_cost.py --lib before=OLD.so --lib after=build/t2/lib/libfsdp_runtime.so
     python bench/entry_cost.py --cpu-transport gloo,shm
+    python bench/entry_cost.py --loop-calls 20   # longer runs of calls in a row
 """
 
 import argparse
@@ -52,13 +61,23 @@ if HERE not in sys.path:  # rank processes import this file by its path: bench_c
 import bench_common as bc  # noqa: E402
 from bench_common import fmt_bytes, fmt_count, median  # noqa: E402
 
-KINDS = ("unsharded", "raw", "raw_shared", "sequence", "fsdp")
+KINDS = ("unsharded", "raw", "raw_shared", "raw_a2a", "sequence", "fsdp")
+REGIMES = (("barrier", "after a barrier"), ("row", "in a row"))
 
 
 def _entries(new_tokens):
     """(name, method, extra args) of every entry call measured."""
     return [("generate(ids, 0)", "generate", [0]), ("forward(ids)", "forward", []),
             ("generate(ids, %d)" % new_tokens, "generate", [new_tokens])]
+
+
+def _in_a_row(call, n):
+    """call() n times back to back, as one timed sample: the in-a-row regime."""
+    def calls():
+        for _ in range(n):
+            out = call()
+        return out
+    return calls
 
 
 # ---- rank side -------------------------------------------------------------------------------
@@ -72,6 +91,7 @@ def bench_worker(ctx):
     a = ctx.args
     bc.init_rank(ctx)
     raw_group = dist.new_group(backend="gloo")
+    a2a_group = dist.new_group(backend="gloo")
     idx = torch.load(a["inputs"])
     entries = _entries(a["new_tokens"])
     with torch.no_grad():
@@ -91,36 +111,54 @@ def bench_worker(ctx):
             per_rank = -(-per_rank // 16) * 16
             send = torch.full((per_rank,), ctx.rank, dtype=torch.uint8)
             recv = torch.empty((per_rank * ctx.world_size,), dtype=torch.uint8)
+            send_all = send.repeat(ctx.world_size)  # the all-to-all's input: these bytes to every rank
+            recv_all = torch.empty_like(recv)
 
             def raw(send=send, recv=recv, group=raw_group):
                 if send.numel():
                     dist.all_gather_into_tensor(recv, send, group=group)
                 return recv
 
-            fsdp = bc.CallConfig(lambda f=m_sh, args=args: f(*args))
-            fsdp.before = ctx.reset_stats
-            fsdp.after = lambda conf=fsdp: conf.per_call.append(ctx.stats())
-            confs["%d:unsharded" % i] = bc.CallConfig(lambda f=m_orig, args=args: f(*args))
-            confs["%d:raw" % i] = bc.CallConfig(raw)
-            confs["%d:raw_shared" % i] = bc.CallConfig(lambda raw=raw: raw(group=None))
-            confs["%d:sequence" % i] = bc.CallConfig(lambda f=m_orig, args=args, raw=raw: (raw(), f(*args))[1])
-            confs["%d:fsdp" % i] = fsdp
+            def raw_a2a(send_all=send_all, recv_all=recv_all):
+                if send_all.numel():
+                    dist.all_to_all_single(recv_all, send_all, group=a2a_group)
+                return recv_all
+
+            calls = {"unsharded": lambda f=m_orig, args=args: f(*args), "raw": raw,
+                     "raw_shared": lambda raw=raw: raw(group=None), "raw_a2a": raw_a2a,
+                     "sequence": lambda f=m_orig, args=args, raw=raw: (raw(), f(*args))[1],
+                     "fsdp": lambda f=m_sh, args=args: f(*args)}
+            for regime, _ in REGIMES:
+                for kind, call in calls.items():
+                    if regime == "row":
+                        call = _in_a_row(call, a["loop_calls"])
+                    conf = bc.CallConfig(call)
+                    if kind == "fsdp":
+                        conf.before = ctx.reset_stats
+                        conf.after = lambda conf=conf: conf.per_call.append(ctx.stats())
+                    confs["%d:%s:%s" % (i, regime, kind)] = conf
             info[i] = {"stats": s, "raw_bytes_per_rank": per_rank,
                        "bitwise_equal": bool(torch.equal(out_sh, m_orig(*args)))}
-        # One entry call after the other, each timed interleaved with its four baselines: a
-        # program calling one entry method over and over (a Python loop calling generate per
-        # token), whose collectives repeat call after call.
+        # One entry call after the other, each timed interleaved with its five baselines, one
+        # regime after the other: a program calling one entry method over and over (a Python
+        # loop calling generate per token), whose collectives repeat call after call.
         for i in bc.rotated(list(info), a.get("offset", 0)):
-            names = ["%d:%s" % (i, k) for k in KINDS]
-            bc.time_interleaved(confs, bc.rotated(names, a.get("offset", 0)), a["warmup"], a["repeats"])
+            for regime, _ in REGIMES:
+                names = ["%d:%s:%s" % (i, regime, k) for k in KINDS]
+                bc.time_interleaved(confs, bc.rotated(names, a.get("offset", 0)), a["warmup"], a["repeats"])
+    # Per call: a sample in a row timed loop_calls calls.
+    for key, conf in confs.items():
+        if ":row:" in key:
+            conf.times = [t / a["loop_calls"] for t in conf.times]
+            conf.cpu = [t / a["loop_calls"] for t in conf.cpu]
+            conf.per_call = [{k: v / a["loop_calls"] for k, v in st.items()} for st in conf.per_call]
     for i in info:
-        per_call = confs["%d:fsdp" % i].per_call
-        info[i]["all_gathers"] = sum(s["all_gathers"] for s in per_call) / len(per_call)
-        info[i]["bytes_gathered"] = sum(s["bytes_gathered"] for s in per_call) / len(per_call)
-        info[i]["agreements"] = sum(s["agreements"] for s in per_call) / len(per_call)
-        info[i]["shm_rounds"] = sum(s["shm_rounds"] for s in per_call) / len(per_call)
-        info[i]["bitwise_equal"] = info[i]["bitwise_equal"] and torch.equal(
-            confs["%d:fsdp" % i].first, confs["%d:unsharded" % i].first)
+        for regime, _ in REGIMES:
+            per_call = confs["%d:%s:fsdp" % (i, regime)].per_call
+            for counter in ("all_gathers", "bytes_gathered", "agreements", "shm_rounds"):
+                info[i]["%s:%s" % (regime, counter)] = sum(st[counter] for st in per_call) / len(per_call)
+            info[i]["bitwise_equal"] = info[i]["bitwise_equal"] and torch.equal(
+                confs["%d:%s:fsdp" % (i, regime)].first, confs["%d:%s:unsharded" % (i, regime)].first)
     return {"times": {k: c.times for k, c in confs.items()}, "cpu": {k: c.cpu for k, c in confs.items()},
             "info": info}
 
@@ -137,6 +175,8 @@ def main(argv=None):
     p.add_argument("--rounds", type=int, default=4)
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--repeats", type=int, default=40, help="timed calls of each configuration per round")
+    p.add_argument("--loop-calls", type=int, default=10,
+                   help="calls back to back per timed sample in the in-a-row regime")
     p.add_argument("--extra-flags", default="", help="more fsdp-opt flags, space-separated")
     p.add_argument("--lib", action="append", default=[], metavar="LABEL=PATH",
                    help="time the rank files under this libfsdp_runtime.so (repeatable: the libraries take "
@@ -152,7 +192,7 @@ def main(argv=None):
     a = p.parse_args(argv)
     if a.quick:
         bc.use_tiny_model(a)
-        a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats = 4, 2, 1, 1, 2
+        a.prompt, a.new_tokens, a.rounds, a.warmup, a.repeats, a.loop_calls = 4, 2, 1, 1, 2, 2
     assert a.prompt + a.new_tokens <= a.block_size, "prompt + new tokens must fit the block size"
 
     import torch
@@ -199,7 +239,7 @@ def main(argv=None):
                 libs.append((full, path))
                 transport_of[full] = t
         common = {"model_pt": model_pt, "inputs": inputs, "dir": out_dir, "new_tokens": a.new_tokens,
-                  "warmup": a.warmup, "repeats": a.repeats}
+                  "warmup": a.warmup, "repeats": a.repeats, "loop_calls": a.loop_calls}
         load_start = bc.report_load()
         wall_t0 = time.perf_counter()
         per_call = {label: {} for label, _ in libs}
@@ -221,49 +261,61 @@ def main(argv=None):
                     flush=True)
         wall_s = time.perf_counter() - wall_t0
 
-        rows, lines = [], []
+        rows = []
         all_equal = True
-        for label, path in libs:
-            for i, (name, method, extra) in enumerate(entries):
-                ms = {k: 1e3 * median(per_call[label]["%d:%s" % (i, k)]) for k in KINDS}
-                cpu = {k: 1e3 * median(cpu_call[label]["%d:%s" % (i, k)]) for k in KINDS}
-                rank_infos = [ri[i] for round_infos in infos[label] for ri in round_infos]
-                equal = all(x["bitwise_equal"] for x in rank_infos)
-                all_equal = all_equal and equal
-                info = rank_infos[-1]
-                base = ms["unsharded"] + ms["raw"]
-                row = {"entry": name, "runtime": label, "runtime_lib": path, "method": method, "args": extra,
-                       "ms": ms, "cpu_ms": cpu,
-                       "ms_all": {k: [1e3 * t for t in per_call[label]["%d:%s" % (i, k)]] for k in KINDS},
-                       "baseline_ms": base, "ratio": ms["fsdp"] / base if base else float("nan"),
-                       "ratio_to_sequence": ms["fsdp"] / ms["sequence"] if ms["sequence"] else float("nan"),
-                       "all_gathers": info["all_gathers"], "agreements": info["agreements"],
-                       "bytes_gathered": info["bytes_gathered"], "raw_bytes_per_rank": info["raw_bytes_per_rank"],
-                       "predicted_gathers": predicted.get(method), "bitwise_equal": equal,
-                       "cpu_transport": transport_of[label], "shm_rounds": info["shm_rounds"]}
-                rows.append(row)
-                lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
-                              "%.3f" % ms["raw"], "%.3f" % ms["raw_shared"], "%.3f" % base,
-                              "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
-                              "%.2f" % row["ratio"], "%.2f" % row["ratio_to_sequence"],
-                              "%s + %s" % (fmt_count(row["all_gathers"]), fmt_count(row["agreements"])),
-                              fmt_bytes(row["bytes_gathered"]), "yes" if equal else "NO"))
-        head = ("entry call", "unsharded ms", "raw all-gather ms", "raw, barrier's group ms", "sum ms",
-                "raw then unsharded ms", "fsdp-opt ms", "ratio", "ratio to sequence",
-                "gathers + agreements", "bytes gathered", "output == unsharded")
-        table = bc.print_table(head, lines)
-        n_timed = len(per_call[libs[0][0]]["0:fsdp"])
-        print("ms: median over %d timed calls (%d rounds x %d) of the slower rank's wall time, after %d warmup "
-              "calls each; raw all-gather: one torch.distributed all_gather_into_tensor (gloo) of the call's "
-              "bytes on a group of its own (raw, barrier's group: on the group of the barrier before every "
-              "call); sum = unsharded + raw all-gather; raw then unsharded: the two as one timed call; "
-              "ratio = fsdp-opt / sum; ratio to sequence = "
-              "fsdp-opt / raw then unsharded; gathers + agreements: the collectives of one fsdp-opt call "
-              "(fsdp::stats() all_gathers, agreements); %.0f s in all" % (n_timed, a.rounds, a.repeats, a.warmup, wall_s))
+        tables = {}
+        for regime, regime_name in REGIMES:
+            lines = []
+            for label, path in libs:
+                for i, (name, method, extra) in enumerate(entries):
+                    key = "%d:%s:%%s" % (i, regime)
+                    ms = {k: 1e3 * median(per_call[label][key % k]) for k in KINDS}
+                    cpu = {k: 1e3 * median(cpu_call[label][key % k]) for k in KINDS}
+                    rank_infos = [ri[i] for round_infos in infos[label] for ri in round_infos]
+                    equal = all(x["bitwise_equal"] for x in rank_infos)
+                    all_equal = all_equal and equal
+                    info = rank_infos[-1]
+                    base = ms["unsharded"] + ms["raw"]
+                    row = {"entry": name, "regime": regime, "runtime": label, "runtime_lib": path,
+                           "method": method, "args": extra, "ms": ms, "cpu_ms": cpu,
+                           "ms_all": {k: [1e3 * t for t in per_call[label][key % k]] for k in KINDS},
+                           "baseline_ms": base, "ratio": ms["fsdp"] / base if base else float("nan"),
+                           "ratio_to_sequence": ms["fsdp"] / ms["sequence"] if ms["sequence"] else float("nan"),
+                           "ratio_to_a2a": ms["fsdp"] / (ms["unsharded"] + ms["raw_a2a"]),
+                           "all_gathers": info[regime + ":all_gathers"], "agreements": info[regime + ":agreements"],
+                           "bytes_gathered": info[regime + ":bytes_gathered"],
+                           "raw_bytes_per_rank": info["raw_bytes_per_rank"],
+                           "predicted_gathers": predicted.get(method), "bitwise_equal": equal,
+                           "cpu_transport": transport_of[label], "shm_rounds": info[regime + ":shm_rounds"]}
+                    rows.append(row)
+                    lines.append(((name + (" [%s]" % label if len(libs) > 1 else "")), "%.3f" % ms["unsharded"],
+                                  "%.3f" % ms["raw"], "%.3f" % ms["raw_shared"], "%.3f" % ms["raw_a2a"],
+                                  "%.3f" % base, "%.3f" % ms["sequence"], "%.3f" % ms["fsdp"],
+                                  "%.2f" % row["ratio"], "%.2f" % row["ratio_to_sequence"],
+                                  "%.2f" % row["ratio_to_a2a"],
+                                  "%s + %s" % (fmt_count(row["all_gathers"]), fmt_count(row["agreements"])),
+                                  fmt_bytes(row["bytes_gathered"]), "yes" if equal else "NO"))
+            head = ("entry call", "unsharded ms", "raw all-gather ms", "raw, barrier's group ms",
+                    "raw all-to-all ms", "sum ms", "raw then unsharded ms", "fsdp-opt ms", "ratio",
+                    "ratio to sequence", "ratio to all-to-all", "gathers + agreements", "bytes gathered",
+                    "output == unsharded")
+            print("\n%s: %s" % (regime_name, "one call per timed sample, a barrier before it" if regime == "barrier"
+                                  else "%d calls back to back per timed sample, a barrier before the first; "
+                                  "ms per call" % a.loop_calls))
+            tables[regime] = bc.print_table(head, lines)
+        n_timed = len(per_call[libs[0][0]]["0:barrier:fsdp"])
+        print("ms: median over %d timed samples (%d rounds x %d) of the slower rank's wall time, per call, after "
+              "%d warmup samples each; raw all-gather: one torch.distributed all_gather_into_tensor (gloo) of the "
+              "call's bytes on a group of its own (raw, barrier's group: on the group of the barrier before every "
+              "sample); raw all-to-all: all_to_all_single of the same exchange on a group of its own; sum = "
+              "unsharded + raw all-gather; raw then unsharded: the two as one timed call; ratio = fsdp-opt / sum; "
+              "ratio to sequence = fsdp-opt / raw then unsharded; ratio to all-to-all = fsdp-opt / (unsharded + "
+              "raw all-to-all); gathers + agreements: the collectives of one fsdp-opt call (fsdp::stats() "
+              "all_gathers, agreements); %.0f s in all" % (n_timed, a.rounds, a.repeats, a.warmup, wall_s))
         for row in rows:
             ok = row["ratio"] <= 1.2
-            print("target %-22s fsdp-opt <= 1.2 x (unsharded + raw all-gather) %s (ratio %.2f%s)"
-                  % (row["entry"], "MET" if ok else "NOT MET", row["ratio"],
+            print("target %-22s %-15s fsdp-opt <= 1.2 x (unsharded + raw all-gather) %s (ratio %.2f%s)"
+                  % (row["entry"], dict(REGIMES)[row["regime"]], "MET" if ok else "NOT MET", row["ratio"],
                      ", " + row["runtime"] if len(libs) > 1 else ""))
         if a.quick:
             print("(--quick: tiny model, few calls: timings and targets mean nothing here)")
@@ -277,7 +329,9 @@ def main(argv=None):
                "model_bytes": model_bytes, "units": units, "rounds": a.rounds, "warmup": a.warmup,
                "repeats": a.repeats, "libs": dict(libs), "cpu_transports": transports, "rows": rows,
                "all_bitwise_equal": all_equal, "transport_ok": transport_ok,
-               **bc.run_record(load_start, os.getloadavg(), {"sharded": {"cmd": cmd}}, wall_s, argv, table)}
+               "loop_calls": a.loop_calls,
+               **bc.run_record(load_start, os.getloadavg(), {"sharded": {"cmd": cmd}}, wall_s, argv,
+                               tables["barrier"] + [""] + tables["row"])}
         if a.json:
             bc.write_json(a.json, out)
         return 0 if all_equal and transport_ok else 1

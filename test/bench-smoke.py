@@ -15,10 +15,9 @@
 # gathered parameters match FSDP2's (reshard=True), ours issue 5 + 5 all-gathers and one gradient
 # all-to-all per unit (5), and the budgeted one keeps at most root + 1 block unsharded;
 # entry_cost.py times three entry calls of the GPT (root and every Block a unit) against a raw
-# torch.distributed all-gather of their bytes plus the unsharded call, with their collectives:
-# generate(ids, 0) gathers the root once and agrees once (its decoding loop is rank-uniform),
-# forward gathers the 5 units, generate(ids, 2) gathers 1 + 4 x 2 times and agrees 1 + 2 times,
-# each output bitwise the unsharded call's; decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
+# torch.distributed all-gather of their bytes plus the unsharded call, one call after a barrier
+# and two in a row, with their collectives: each gathers the whole model once and agrees never
+# (plan-gather-lifetimes holds every unit for the call), each output bitwise the unsharded call's; decode_loops.py runs the decode-loop matrix (KVDecoder loops (a)-(e) with 2 layers and 4 new
 # tokens, a traced 2-layer GPT-2 (f)) unsharded, under fsdp-opt with no budget and with root + one
 # layer (each again over the shared-memory transport, FSDP_OPT_CPU_TRANSPORT=shm, in a launch of its
 # own, whose rows must show shm rounds and the others none), and under FSDP2 reshard True and
@@ -102,20 +101,31 @@
 # TRAIN-NEXT: ours with and without budget: parameters bitwise equal
 # TRAIN-NEXT: collectives alone (torch.distributed gloo, {{.*}}): 52 all-to-alls, one per parameter: {{.*}}; 5 all-to-alls, one per unit: {{.*}}; 5 reduce-scatters, one per unit: {{.*}}; 5 all-gathers, one per unit:
 #
-# Columns after the label: unsharded, raw all-gather, their sum, fsdp-opt (ms), ratio, then the
-# collectives, bytes and the bitwise check.
+# Columns after the label: ten timings and ratios (unsharded, the three raw collectives, their
+# sum, raw then unsharded, fsdp-opt, the three ratios), then the collectives, bytes and the
+# bitwise check; one table per regime, after a barrier and in a row.
 # ENTRY: model: GPT n_layer=4 n_embd=32 {{.*}} in 5 units
-# ENTRY: | entry call
-# ENTRY-NEXT: |---
 # Every call holds the whole model for the call (plan-gather-lifetimes), one bucket, and its loop
 # needs no agreement: 1 + 0 whatever the number of tokens, over Gloo and over the shared-memory
-# transport alike.
-# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
-# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# transport alike, one call at a time or many in a row.
+# ENTRY: after a barrier: one call per timed sample
+# ENTRY: | entry call
+# ENTRY-NEXT: |---
+# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY: in a row: 2 calls back to back per timed sample
+# ENTRY: | entry call
+# ENTRY-NEXT: |---
+# ENTRY-NEXT: | generate(ids, 0) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, gloo] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 0) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | forward(ids) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
+# ENTRY-NEXT: | generate(ids, 2) [this build, shm] {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 + 0 {{ *}}| 209.12 KiB {{ *}}| yes {{ *}}|
 # ENTRY: transport: every row's collectives went over the transport it names
 # ENTRY-NEXT: bitwise: every fsdp-opt call's output equals the unsharded call's on every rank
 # Columns after loop and configuration: ms, / unsharded, / lockstep, / FSDP2 T, CPU ms, then all-gathers,
