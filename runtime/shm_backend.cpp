@@ -213,7 +213,9 @@ class ShmChannel final : public std::enable_shared_from_this<ShmChannel> {
   // Queues `op`; publishes this rank's part of its first round when that needs no wait.
   std::unique_ptr<PendingCollective> issue(std::shared_ptr<ShmOp> op, const GroupMembers& members) {
     std::lock_guard<std::mutex> lock(mutex_);
-    members_ = members;
+    // The backend's members, set once after it is made: copied when they change, not on every
+    // collective (a string and a vector each time).
+    if (members_.tag != members.tag || members_.ranks != members.ranks) members_ = members;
     throwIfBroken();
     if (op->rounds == 0) {
       op->done = true;

@@ -81,14 +81,20 @@ def rank_main(ctx):
     return out
 
 
+def launch(t, what, world, scenario, rank_env):
+    """Runs rank_main's `scenario` on `world` ranks; their results, or None (a failed check
+    named `what`) when a rank did not return."""
+    results = h.run_ranks(world, rank_main, {"scenario": scenario}, timeout=240, rank_env=rank_env)
+    ok = t.check(all(res.ok for res in results), "%s: every rank returns" % what, h.describe_ranks(results))
+    return results if ok else None
+
+
 def main():
     t = h.Test("shm_transport")
     shm = {"FSDP_OPT_CPU_TRANSPORT": "shm"}
     for world in (2, 3, 4):
-        results = h.run_ranks(world, rank_main, {"scenario": "exact"}, timeout=240,
-                              rank_env={r: shm for r in range(world)})
-        if not t.check(all(res.ok for res in results), "exact W=%d: every rank returns" % world,
-                       h.describe_ranks(results)):
+        results = launch(t, "exact W=%d" % world, world, "exact", {r: shm for r in range(world)})
+        if results is None:
             continue
         t.check(all(res.value["exact"] for res in results), "exact W=%d: every gather bitwise equal to the full tensors" % world)
         # Every collective's envelope and payload are rounds too (or one round when the payload
@@ -101,20 +107,20 @@ def main():
             t.check(rounds["big"] >= -(-big_bytes // SLOT), "exact W=%d rank %d: the big unit took %d rounds or more"
                     % (world, res.rank, -(-big_bytes // SLOT)), str(res.value["rounds"]))
 
-    results = h.run_ranks(2, rank_main, {"scenario": "exact"}, timeout=240, rank_env={0: shm})
-    if t.check(all(res.ok for res in results), "mixed: every rank returns", h.describe_ranks(results)):
+    results = launch(t, "mixed", 2, "exact", {0: shm})
+    if results is not None:
         t.check(all(res.value["exact"] for res in results), "mixed: exact over Gloo")
         t.check(all(n == 0 for res in results for _, n in res.value["rounds"]),
                 "mixed: one rank without FSDP_OPT_CPU_TRANSPORT=shm keeps the group on Gloo",
                 str([res.value["rounds"] for res in results]))
 
-    results = h.run_ranks(2, rank_main, {"scenario": "split"}, timeout=240, rank_env={0: shm, 1: shm})
-    if t.check(all(res.ok for res in results), "split: every rank returns", h.describe_ranks(results)):
+    results = launch(t, "split", 2, "split", {0: shm, 1: shm})
+    if results is not None:
         t.check(all(res.value["exact"] for res in results), "split: three starts before their waits, exact")
 
     bad = {"FSDP_OPT_CPU_TRANSPORT": "tcp"}
-    results = h.run_ranks(2, rank_main, {"scenario": "bad"}, timeout=240, rank_env={0: bad, 1: bad})
-    if t.check(all(res.ok for res in results), "bad: every rank returns", h.describe_ranks(results)):
+    results = launch(t, "bad", 2, "bad", {0: bad, 1: bad})
+    if results is not None:
         errors = [res.value["error"] for res in results]
         t.check(all(e and "FSDP_OPT_CPU_TRANSPORT must be 'gloo' or 'shm', not 'tcp'" in e for e in errors),
                 "bad: the error names the variable and its value", str(errors))
