@@ -29,6 +29,7 @@
 #include <ATen/ATen.h>
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
+#include <c10/util/SmallVector.h>
 
 #include "data_path.h"
 #include "errors.h"
@@ -50,10 +51,11 @@ ShardKey shardKeyOf(const at::Tensor& t) {
   return {t.storage().unsafeGetStorageImpl(), t.storage_offset()};
 }
 
-// One deduplicated parameter (all aliases of one shard) and its gathered state.
+// One deduplicated parameter (all aliases of one shard) and its gathered state. Almost every
+// group has one TensorImpl: inline storage spares two allocations per parameter and gather.
 struct GatheredParam {
-  std::vector<at::Tensor> params;  // distinct TensorImpls holding the parameter
-  std::vector<at::Tensor> shards;  // shards[i]: detached alias of params[i]'s shard
+  c10::SmallVector<at::Tensor, 1> params;  // distinct TensorImpls holding the parameter
+  c10::SmallVector<at::Tensor, 1> shards;  // shards[i]: params[i]'s shard (variable_data)
   ShardKey key{nullptr, 0};
   int64_t fullRows = 0;
   int64_t fullBytes = 0;  // in the gathered dtype
@@ -213,7 +215,7 @@ at::Tensor fullOverKeptStorage(Registry& reg, GatheredParam& g, const at::Tensor
 
 // Adds an alias TensorImpl to an already gathered group: it takes the group's full storage.
 void attachAlias(GatheredParam& g, const at::Tensor& alias) {
-  at::Tensor shard = alias.detach();
+  at::Tensor shard = alias.variable_data();  // as issue() takes shards
   if (g.swapped) {
     at::NoGradGuard noGrad;
     pointAt(alias, g.params.front());
@@ -225,7 +227,8 @@ void attachAlias(GatheredParam& g, const at::Tensor& alias) {
 // Swaps the groups' shards back and forgets them. `reshards` counts unit-level reshards: the
 // distinct unshard events (collectives) whose storage this frees.
 void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
-  std::unordered_set<uint64_t> events;
+  std::vector<uint64_t> events;  // distinct gather ids, sorted
+  events.reserve(groups.size());
   int64_t freed = 0;
   for (const auto& g : groups) {
     swapBackToShards(*g);
@@ -233,11 +236,16 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredPara
     reg.byShard.erase(g->key);
     freed += g->fullBytes;
     g->refcount = 0;
-    events.insert(g->gatherId);
+    events.push_back(g->gatherId);
   }
+  std::sort(events.begin(), events.end());
+  events.erase(std::unique(events.begin(), events.end()), events.end());
   // An unshard is undone when the last of its groups goes: backward lets a unit's parameters
   // go one by one (training.cpp), and that is still one reshard of one all-gather.
-  for (const auto& entry : reg.byShard) events.erase(entry.second->gatherId);
+  for (const auto& entry : reg.byShard) {
+    auto it = std::lower_bound(events.begin(), events.end(), entry.second->gatherId);
+    if (it != events.end() && *it == entry.second->gatherId) events.erase(it);
+  }
   updateStats([&](Stats& st) {
     st.unsharded_bytes -= freed;
     st.reshards += static_cast<int64_t>(events.size());
@@ -246,6 +254,35 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredPara
 
 
 // ---- classify -------------------------------------------------------------------------------
+
+// For items 0..n-1 with keys keyOf(i): the first index with each item's key. A sort instead of a
+// hash set: one allocation for a unit's whole list, not one per parameter, on every gather.
+template <typename KeyOf>
+std::vector<size_t> firstWithSameKey(size_t n, KeyOf keyOf) {
+  using Key = decltype(keyOf(size_t{0}));
+  std::vector<std::pair<Key, size_t>> sorted;
+  sorted.reserve(n);
+  for (size_t i = 0; i < n; ++i) sorted.emplace_back(keyOf(i), i);
+  std::sort(sorted.begin(), sorted.end());
+  std::vector<size_t> first(n);
+  for (size_t k = 0; k < n; ++k) {
+    first[sorted[k].second] = (k > 0 && sorted[k].first == sorted[k - 1].first) ? first[sorted[k - 1].second]
+                                                                                 : sorted[k].second;
+  }
+  return first;
+}
+
+// Drops repeated groups, keeping each one's first place.
+void keepFirstOfEach(std::vector<std::shared_ptr<GatheredParam>>& groups) {
+  if (groups.size() < 2) return;
+  const std::vector<size_t> first =
+      firstWithSameKey(groups.size(), [&](size_t i) { return static_cast<const void*>(groups[i].get()); });
+  size_t kept = 0;
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (first[i] == i) groups[kept++] = std::move(groups[i]);
+  }
+  groups.resize(kept);
+}
 
 struct Classified {
   std::vector<std::shared_ptr<GatheredParam>> known;  // gathered already (deduplicated)
@@ -262,12 +299,16 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
   FSDP_CHECK(!paramDtype || at::isFloatingType(*paramDtype), ErrorKind::kBadInput, ctx,
              ": param_dtype must be a floating-point dtype, got ", *paramDtype);
   Classified out;
-  std::map<ShardKey, std::shared_ptr<GatheredParam>> freshByKey;
-  std::unordered_set<const c10::TensorImpl*> seenImpls;
-  std::unordered_set<const GatheredParam*> knownSet;
-  auto addKnown = [&](const std::shared_ptr<GatheredParam>& g) {
-    if (knownSet.insert(g.get()).second) out.known.push_back(g);
-  };
+  // The same tensor listed twice (tied) counts once; fresh parameters sharing a shard's storage
+  // are one group. A tensor without storage gets a key of its own (its checks below raise).
+  const std::vector<size_t> firstOfImpl = firstWithSameKey(
+      params.size(), [&](size_t i) { return static_cast<const void*>(params[i].unsafeGetTensorImpl()); });
+  const std::vector<size_t> firstOfShard = firstWithSameKey(params.size(), [&](size_t i) {
+    const at::Tensor& p = params[i];
+    return p.defined() && p.has_storage() ? shardKeyOf(p) : ShardKey{nullptr, -1 - static_cast<int64_t>(i)};
+  });
+  std::vector<GatheredParam*> freshOfShard(params.size(), nullptr);  // by firstOfShard index
+  auto addKnown = [&](const std::shared_ptr<GatheredParam>& g) { out.known.push_back(g); };
   auto checkDtype = [&](size_t i, const GatheredParam& g) {
     const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
     FSDP_CHECK(g.dtype == want, ErrorKind::kBadInput, ctx, ": parameter ", i,
@@ -300,7 +341,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     FSDP_CHECK(fullRows[i] >= 0, ErrorKind::kBadInput, ctx, ": parameter ", i,
                " has a negative full row count ", fullRows[i]);
     const c10::TensorImpl* impl = p.unsafeGetTensorImpl();
-    if (!seenImpls.insert(impl).second) continue;  // the same tensor listed twice (tied)
+    if (firstOfImpl[i] != i) continue;  // the same tensor listed twice (tied)
 
     auto known = reg.byImpl.find(impl);
     if (known != reg.byImpl.end()) {
@@ -325,9 +366,9 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
       addKnown(gathered->second);
       continue;
     }
-    auto pending = freshByKey.find(key);
-    if (pending != freshByKey.end()) {
-      GatheredParam& g = *pending->second;
+    GatheredParam* pending = freshOfShard[firstOfShard[i]];
+    if (pending != nullptr) {
+      GatheredParam& g = *pending;
       FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.params.front()),
                  ErrorKind::kBadInput, ctx, ": parameter ", i,
                  " aliases the storage of an earlier parameter but has a different shape, "
@@ -345,9 +386,10 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     g->unit = unit;
     g->dtype = gatheredDtype(p.scalar_type(), paramDtype);
     g->fullBytes = fullRows[i] * rowBytesAs(p, g->dtype);
-    freshByKey.emplace(key, g);
+    freshOfShard[firstOfShard[i]] = g.get();
     out.fresh.push_back(std::move(g));
   }
+  keepFirstOfEach(out.known);
   return out;
 }
 
@@ -367,9 +409,16 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Gathe
   req.world = group.world;
   req.unit = fresh.front()->unit;
   req.asyncStart = asyncStart;
+  req.shards.reserve(fresh.size());
+  req.fullRows.reserve(fresh.size());
+  req.dtypes.reserve(fresh.size());
   for (const auto& g : fresh) {
     g->shards.clear();
-    for (const at::Tensor& p : g->params) g->shards.push_back(p.detach());
+    // variable_data (Python's `.data`): a TensorImpl over the same storage, made directly; detach()
+    // goes through the dispatcher and autograd's view bookkeeping for every parameter of every
+    // gather, a quarter of a small gather's work. The alias only points the parameter back and
+    // is read by the pack, so its own version counter is never looked at.
+    for (const at::Tensor& p : g->params) g->shards.push_back(p.variable_data());
     req.shards.push_back(g->shards.front());
     req.fullRows.push_back(g->fullRows);
     req.dtypes.push_back(g->dtype);
@@ -613,7 +662,7 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   updateStats([](Stats& st) { st.reshard_calls += 1; });
   const std::string ctx = ctxOf("reshard", unit);
   std::vector<std::shared_ptr<GatheredParam>> groups;
-  std::unordered_set<const GatheredParam*> seen;
+  groups.reserve(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     FSDP_CHECK(params[i].defined(), ErrorKind::kBadInput, ctx, ": parameter ", i, " is undefined");
     auto it = reg.byImpl.find(params[i].unsafeGetTensorImpl());
@@ -627,8 +676,9 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
                      " is not gathered (reshard without a matching all_gather, or release_all "
                      "already resharded it)"));
     }
-    if (seen.insert(it->second.get()).second) groups.push_back(it->second);
+    groups.push_back(it->second);
   }
+  keepFirstOfEach(groups);
   std::vector<std::shared_ptr<GatheredParam>> released;
   for (const auto& g : groups) {
     if (--g->refcount == 0) released.push_back(g);
