@@ -4,7 +4,7 @@ of the same bytes plus the unsharded call, W=2, CPU, Gloo, in ONE run (docs/runt
 cost of an entry call"; docs/benchmarks.md section 5).
 
 For each entry call (`generate(ids, 0)`, which gathers and returns at once; `forward(ids)`;
-`generate(ids, N)`) five configurations run in the same pair of rank processes, interleaved
+`generate(ids, N)`) six configurations run in the same pair of rank processes, interleaved
 call by call (bench_common.time_interleaved, a barrier before every timed call); the entry calls
 are timed one after the other (all calls of one, then the next), as a program calling one
 entry method in a loop does:

@@ -308,7 +308,6 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     return p.defined() && p.has_storage() ? shardKeyOf(p) : ShardKey{nullptr, -1 - static_cast<int64_t>(i)};
   });
   std::vector<GatheredParam*> freshOfShard(params.size(), nullptr);  // by firstOfShard index
-  auto addKnown = [&](const std::shared_ptr<GatheredParam>& g) { out.known.push_back(g); };
   auto checkDtype = [&](size_t i, const GatheredParam& g) {
     const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
     FSDP_CHECK(g.dtype == want, ErrorKind::kBadInput, ctx, ": parameter ", i,
@@ -349,7 +348,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
                  i, " is already gathered (by unit '", known->second->unit, "') with ",
                  known->second->fullRows, " rows, but this call says ", fullRows[i]);
       checkDtype(i, *known->second);
-      addKnown(known->second);
+      out.known.push_back(known->second);  // repeats dropped at the end
       continue;
     }
     checkNotInFlight(i, p);
@@ -363,7 +362,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
                  "' but has a different shape, dtype or row count");
       checkDtype(i, g);
       out.aliases.emplace_back(gathered->second, p);
-      addKnown(gathered->second);
+      out.known.push_back(gathered->second);
       continue;
     }
     GatheredParam* pending = freshOfShard[firstOfShard[i]];
