@@ -29,6 +29,10 @@ every rank decodes exactly --new-tokens, --hf-new-tokens for (f)):
               the call. Against `unsharded`: what the rewrite costs besides its one gather
   budget      the same with --max-unsharded-bytes = the smallest budget any schedule can keep
               (fsdp-opt --max-unsharded-bytes=1 names it): root + one layer
+  c10d_then   c10d's all_gather_into_tensor of the model's whole parameter bytes (on a Gloo
+              group of its own), then the unsharded scripted call, timed as one call on both
+              ranks: what the one gather costs a hand-written loop without any runtime, the
+              floor of fsdp-opt's no-budget rows on this transport (a `floor` line per loop)
   ... shm     fsdp-opt's rows again with FSDP_OPT_CPU_TRANSPORT=shm (same-host shared memory in
               place of Gloo's loopback TCP), in a launch of their own per round beside the
               unsharded copies (whose samples join the other launch's)
@@ -90,6 +94,7 @@ KINDS = {
     "fsdp_opt": "fsdp-opt, no budget",
     "scoped": "fsdp-opt, inside unsharded",
     "budget": "fsdp-opt, root + 1 layer",
+    "c10d_then": "c10d all-gather, then unsharded",
     "fsdp2_t": "FSDP2, reshard=True",
     "fsdp2_f": "FSDP2, reshard=False",
     "fsdp_opt_shm": "fsdp-opt, no budget, shm",
@@ -158,6 +163,26 @@ def _setup(ctx, cfg, a, prompts):
     if kind == "unsharded":
         model = torch.jit.load(a["models"][model_key])
         return bc.CallConfig(lambda: getattr(model, method)(idx, new, -1))
+
+    if kind == "c10d_then":
+        # What a hand-written loop pays for the one gather over Gloo without any runtime: c10d's
+        # all_gather_into_tensor of the model's whole parameter bytes, on a group of its own as
+        # the runtime's collectives run on theirs, then the unsharded call, timed as one call.
+        # The floor of the no-budget rows on this transport and machine.
+        import torch.distributed as dist
+        model = torch.jit.load(a["models"][model_key])
+        group = dist.new_group(backend="gloo")
+        w = dist.get_world_size()
+        nbytes = a["probe_bytes"][model_key]
+        shard = torch.zeros((nbytes // 4 + w - 1) // w)
+        full = torch.empty(shard.numel() * w)
+
+        def gather_then_call():
+            dist.all_gather_into_tensor(full, shard, group=group)
+            return getattr(model, method)(idx, new, -1)
+        gathered = full.numel() * full.element_size()
+        return bc.CallConfig(gather_then_call, counts=lambda: {
+            "all_gathers": 1, "other": {}, "bytes_gathered": gathered, "peak_unsharded_bytes": gathered})
 
     if kind in OURS or kind == "scoped":
         model = ctx.load(os.path.join(a["dirs"][model_key][OURS.get(kind, "nobudget")], "rank%d.pt" % ctx.rank))
@@ -509,6 +534,14 @@ def main(argv=None):
                   "%.2fx; unsharded + one raw all-gather %.2fx; the rest %.1f ms"
                   % (LOOPS[loop][2], r["fsdp_opt"]["ms"], r["fsdp_opt"]["ms"] / u, r["scoped"]["ms"] / u, (u + g) / u,
                      r["fsdp_opt"]["ms"] - r["scoped"]["ms"] - g))
+        for loop in loops:
+            r = {k: rows.get(config_name(loop, k)) for k in ("unsharded", "c10d_then", "fsdp_opt")}
+            if not (r["c10d_then"] and r["fsdp_opt"]):
+                continue
+            u, c = r["unsharded"]["ms"], r["c10d_then"]["ms"]
+            print("floor %-13s c10d all-gather then unsharded %.1f ms = %.2fx unsharded (%.2fx lockstep); "
+                  "fsdp-opt no budget %.2fx of it"
+                  % (LOOPS[loop][2], c, c / u, c / r["unsharded"]["ms_lockstep"], r["fsdp_opt"]["ms"] / c))
         # Inside a scope the calls gather nothing (docs/runtime.md, "Unshard scopes").
         counts_ok = all((r["predicted_gathers"] == r["all_gathers"] and not r["left_unsharded_bytes"])
                         if r["kind"] in OURS else r["all_gathers"] == 0

@@ -139,6 +139,7 @@
 # DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (a) while {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (a) while {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -148,6 +149,7 @@
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (b) for+break {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (b) for+break {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -157,6 +159,7 @@
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 4 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (c) KV cache {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (c) KV cache {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -166,6 +169,7 @@
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (d) helpers {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 4 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (d) helpers {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -175,6 +179,7 @@
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (e) branch {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 13 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| FSDP2, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 5 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (e) branch {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -184,6 +189,7 @@
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, inside unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 0 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, root + 1 layer {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 9 {{ *}}| 5 agreements {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
+# DECODE-NEXT: | (f) HF GPT-2 {{ *}}| c10d all-gather, then unsharded {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=True {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 12 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| FSDP2 HF generate, reshard=False {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 3 {{ *}}| 5 allreduce_ {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
 # DECODE-NEXT: | (f) HF GPT-2 {{ *}}| fsdp-opt, no budget, shm {{ *}}|{{[^|]*\|[^|]*\|[^|]*\|[^|]*\|[^|]*}}| 1 {{ *}}| 0 {{ *}}|{{[^|]*\|[^|]*}}| yes {{ *}}|
@@ -195,6 +201,8 @@
 # DECODE: target (e) branch    budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (51200 vs 51200)
 # DECODE: target (f) HF GPT-2  budget peak unsharded <= FSDP2 T {{ *}}bytes MET     (249600 vs 249600)
 # DECODE: gap (a) while     fsdp-opt {{.*}} inside unsharded (the rewrite, no collective)
+# DECODE: floor (a) while     c10d all-gather then unsharded {{[0-9.]+}} ms = {{[0-9.]+}}x unsharded ({{[0-9.]+}}x lockstep); fsdp-opt no budget {{[0-9.]+}}x of it
+# DECODE: floor (f) HF GPT-2  c10d all-gather then unsharded {{[0-9.]+}} ms
 # DECODE: fsdp-opt counts: as --stats predicts, nothing left unsharded after a call, none inside a scope
 # DECODE-NEXT: transport: the shm rows went over shared memory, the others over Gloo
 # DECODE-NEXT: tokens: every configuration of each loop equals its unsharded run on both ranks, every call
