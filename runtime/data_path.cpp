@@ -36,7 +36,7 @@ class CopyOnlyUnshard final : public PendingUnshard {
       const at::Tensor& shard = req.shards[i];
       if (shard.scalar_type() == req.dtypes[i]) continue;
       fulls_[i] = shard.device().is_cpu()
-                      ? pooledEmptyCpu(shard.sizes().vec(), req.dtypes[i])
+                      ? pooledEmptyCpu(shard.sizes(), req.dtypes[i])
                       : at::empty(shard.sizes(), shard.options().dtype(req.dtypes[i]));
       fulls_[i].copy_(shard);
     }
@@ -345,8 +345,8 @@ int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype) {
   return n;
 }
 
-std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows) {
-  std::vector<int64_t> sizes = shard.sizes().vec();
+c10::DimVector fullSizes(const at::Tensor& shard, int64_t fullRows) {
+  c10::DimVector sizes(shard.sizes());
   sizes[0] = fullRows;
   return sizes;
 }

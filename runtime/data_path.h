@@ -26,6 +26,7 @@
 #include <ATen/core/Tensor.h>
 #include <c10/core/Device.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/DimVector.h>
 
 #include "collective.h"
 #include "fsdp_opt/runtime/compare.h"  // dtypeName: the format's spelling
@@ -144,7 +145,7 @@ CollectiveSpec gatherSpec(const std::string& context, size_t numParams, int64_t 
 int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype);
 
 /// `shard`'s sizes with dim 0 set to `fullRows`.
-std::vector<int64_t> fullSizes(const at::Tensor& shard, int64_t fullRows);
+c10::DimVector fullSizes(const at::Tensor& shard, int64_t fullRows);
 
 }  // namespace detail
 }  // namespace runtime

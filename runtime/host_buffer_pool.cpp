@@ -37,6 +37,11 @@ bool cachingEnabled() {
   return value;
 }
 
+// A buffer's byte count sits in a header just before its data, so that the tensor over it needs
+// no context object of its own (a deleter capturing the size is one more heap block per
+// parameter and gather); the header keeps the data at kAlignment.
+constexpr size_t kHeaderBytes = kAlignment;
+
 class HostBufferPool {
  public:
   void* take(size_t bytes) {
@@ -46,9 +51,9 @@ class HostBufferPool {
       times.previous = times.last;
       times.last = ++clock_;
       auto it = free_.find(bytes);
-      if (it != free_.end()) {
-        void* p = it->second;
-        free_.erase(it);
+      if (it != free_.end() && !it->second.empty()) {
+        void* p = it->second.back();
+        it->second.pop_back();
         stats_.cachedBytes -= static_cast<int64_t>(bytes);
         stats_.hits += 1;
         addLive(bytes);
@@ -57,14 +62,17 @@ class HostBufferPool {
       stats_.misses += 1;
       addLive(bytes);
     }
-    void* p = std::aligned_alloc(kAlignment, roundUp(bytes));
-    if (p == nullptr) {
+    void* base = std::aligned_alloc(kAlignment, kHeaderBytes + roundUp(bytes));
+    if (base == nullptr) {
       std::lock_guard<std::mutex> lock(mutex_);
       stats_.liveBytes -= static_cast<int64_t>(bytes);
       throw std::bad_alloc();
     }
-    return p;
+    *static_cast<size_t*>(base) = bytes;
+    return static_cast<char*>(base) + kHeaderBytes;
   }
+
+  static size_t bytesOf(void* p) { return *reinterpret_cast<size_t*>(static_cast<char*>(p) - kHeaderBytes); }
 
   // Over the bound, a freed buffer evicts cached ones whose size nobody asked for since the
   // request before the freed buffer's own: the sizes of a schedule's first calls (which gather
@@ -72,7 +80,8 @@ class HostBufferPool {
   // gather after them allocate, fault in and free its buffers. Sizes that keep coming back, if
   // in turns (a budget's layers and its root), are never evicted for each other: they would
   // only push each other out on every turn.
-  void give(void* p, size_t bytes) noexcept {
+  void give(void* p) noexcept {
+    const size_t bytes = bytesOf(p);
     std::vector<void*> evicted;
     bool cached = false;
     {
@@ -82,18 +91,18 @@ class HostBufferPool {
         const int64_t need = stats_.cachedBytes + static_cast<int64_t>(bytes) - stats_.peakLiveBytes;
         if (need > 0) evicted = evictStale(bytes, need);
         if (stats_.cachedBytes + static_cast<int64_t>(bytes) <= stats_.peakLiveBytes) {
-          free_.emplace(bytes, p);
+          free_[bytes].push_back(p);
           stats_.cachedBytes += static_cast<int64_t>(bytes);
           cached = true;
         }
       }
     }
-    for (void* old : evicted) std::free(old);
-    if (!cached) std::free(p);
+    for (void* old : evicted) release(old);
+    if (!cached) release(p);
   }
 
   void empty() {
-    std::multimap<size_t, void*> dropped;
+    std::map<size_t, std::vector<void*>> dropped;
     {
       std::lock_guard<std::mutex> lock(mutex_);
       dropped.swap(free_);
@@ -101,7 +110,9 @@ class HostBufferPool {
       stats_.cachedBytes = 0;
       stats_.peakLiveBytes = stats_.liveBytes;
     }
-    for (auto& entry : dropped) std::free(entry.second);
+    for (auto& entry : dropped) {
+      for (void* p : entry.second) release(p);
+    }
   }
 
   HostBufferPoolStats stats() {
@@ -111,6 +122,7 @@ class HostBufferPool {
 
  private:
   static size_t roundUp(size_t bytes) { return (bytes + kAlignment - 1) / kAlignment * kAlignment; }
+  static void release(void* p) { std::free(static_cast<char*>(p) - kHeaderBytes); }
 
   void addLive(size_t bytes) {
     stats_.liveBytes += static_cast<int64_t>(bytes);
@@ -129,18 +141,20 @@ class HostBufferPool {
     std::vector<void*> evicted;
     const uint64_t since = requests_[bytes].previous;
     std::vector<std::pair<uint64_t, size_t>> stale;  // (last request, size)
-    for (auto it = free_.begin(); it != free_.end(); it = free_.upper_bound(it->first)) {
-      const uint64_t last = requests_[it->first].last;
-      if (last < since) stale.emplace_back(last, it->first);
+    for (const auto& entry : free_) {
+      if (entry.second.empty()) continue;
+      const uint64_t last = requests_[entry.first].last;
+      if (last < since) stale.emplace_back(last, entry.first);
     }
     std::sort(stale.begin(), stale.end());
     for (const auto& entry : stale) {
-      for (auto it = free_.find(entry.second); it != free_.end() && it->first == entry.second && need > 0;) {
-        evicted.push_back(it->second);
-        need -= static_cast<int64_t>(it->first);
-        stats_.cachedBytes -= static_cast<int64_t>(it->first);
+      std::vector<void*>& cached = free_[entry.second];
+      while (!cached.empty() && need > 0) {
+        evicted.push_back(cached.back());
+        cached.pop_back();
+        need -= static_cast<int64_t>(entry.second);
+        stats_.cachedBytes -= static_cast<int64_t>(entry.second);
         stats_.evictions += 1;
-        it = free_.erase(it);
       }
       if (need <= 0) break;
     }
@@ -148,7 +162,9 @@ class HostBufferPool {
   }
 
   std::mutex mutex_;
-  std::multimap<size_t, void*> free_;  // by exact byte size: units repeat their sizes
+  // By exact byte size: units repeat their sizes. A size's list stays when it empties, so that
+  // taking and giving back allocate nothing once a schedule's sizes have been seen.
+  std::map<size_t, std::vector<void*>> free_;
   std::unordered_map<size_t, RequestTimes> requests_;
   uint64_t clock_ = 0;
   HostBufferPoolStats stats_;
@@ -161,17 +177,18 @@ HostBufferPool& pool() {
   return *instance;
 }
 
+void giveBack(void* data) { pool().give(data); }
+
 }  // namespace
 
-at::Tensor pooledEmptyCpu(const std::vector<int64_t>& sizes, at::ScalarType dtype) {
+at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, at::ScalarType dtype) {
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);
   const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
   if (bytes == 0) return at::empty(sizes, options);
   void* data = pool().take(bytes);
-  return at::from_blob(
-      data, sizes, [bytes](void* p) { pool().give(p, bytes); }, options);
+  return at::for_blob(data, sizes).context(data, &giveBack).options(options).make_tensor();
 }
 
 HostBufferPoolStats hostBufferPoolStats() { return pool().stats(); }

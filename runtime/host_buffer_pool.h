@@ -24,6 +24,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <c10/core/ScalarType.h>
+#include <c10/util/ArrayRef.h>
 
 namespace fsdp_opt {
 namespace runtime {
@@ -31,7 +32,7 @@ namespace detail {
 
 /// An uninitialised contiguous CPU tensor whose storage comes from the pool and goes back to it
 /// when the last reference to the storage dies (from any thread).
-at::Tensor pooledEmptyCpu(const std::vector<int64_t>& sizes, at::ScalarType dtype);
+at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, at::ScalarType dtype);
 
 struct HostBufferPoolStats {
   int64_t cachedBytes = 0;     // bytes of freed buffers held for reuse
