@@ -30,6 +30,7 @@
 #include <ATen/core/grad_mode.h>
 #include <c10/util/Exception.h>
 #include <c10/util/SmallVector.h>
+#include <c10/util/flat_hash_map.h>
 
 #include "data_path.h"
 #include "errors.h"
@@ -47,22 +48,46 @@ namespace {
 
 using ShardKey = std::pair<const c10::StorageImpl*, int64_t>;
 
+struct ShardKeyHash {
+  size_t operator()(const ShardKey& k) const noexcept {
+    return std::hash<const void*>()(k.first) ^ (std::hash<int64_t>()(k.second) * 0x9e3779b97f4a7c15ULL);
+  }
+};
+
 ShardKey shardKeyOf(const at::Tensor& t) {
   return {t.storage().unsafeGetStorageImpl(), t.storage_offset()};
 }
+
+// Where a parameter's shard lies while the parameter holds its full storage: what pointing it
+// back takes, with no TensorImpl of its own (an alias from variable_data() costs three heap
+// blocks per parameter and gather).
+struct ShardPlace {
+  c10::Storage storage;
+  int64_t offset = 0;
+  c10::DimVector sizes;
+  c10::DimVector strides;
+  caffe2::TypeMeta dtype;
+  c10::Device device{c10::kCPU};
+
+  static ShardPlace of(const at::Tensor& t) {
+    return ShardPlace{t.storage(), t.storage_offset(), c10::DimVector(t.sizes()),
+                      c10::DimVector(t.strides()), t.dtype(), t.device()};
+  }
+  at::ScalarType scalarType() const { return dtype.toScalarType(); }
+};
 
 // One deduplicated parameter (all aliases of one shard) and its gathered state. Almost every
 // group has one TensorImpl: inline storage spares two allocations per parameter and gather.
 struct GatheredParam {
   c10::SmallVector<at::Tensor, 1> params;  // distinct TensorImpls holding the parameter
-  c10::SmallVector<at::Tensor, 1> shards;  // shards[i]: params[i]'s shard (variable_data)
+  c10::SmallVector<ShardPlace, 1> shards;  // shards[i]: where params[i]'s shard lies
   ShardKey key{nullptr, 0};
   int64_t fullRows = 0;
   int64_t fullBytes = 0;  // in the gathered dtype
   at::ScalarType dtype = at::kFloat;  // the gathered dtype (the shard's own unless cast)
   int64_t refcount = 0;
   bool swapped = false;  // false at world size 1 without a cast: the shard is the full tensor
-  std::string unit;
+  std::shared_ptr<const std::string> unit;  // one string for all the groups of a gather
   uint64_t gatherId = 0;  // the unshard (collective) that created it; shared by a unit's groups
   std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (data_path.h)
   // The parameter's full storage kept across gathers (below), emptied when the group goes.
@@ -98,9 +123,11 @@ struct Handle {
   std::unique_ptr<InFlight> inflight;  // null when every parameter was gathered already
 };
 
+// The gathered parameters' maps are open-addressing tables: every gather inserts and every reshard
+// erases one entry per parameter, and a node-based map would allocate and free a node each time.
 struct Registry {
-  std::unordered_map<const c10::TensorImpl*, std::shared_ptr<GatheredParam>> byImpl;
-  std::map<ShardKey, std::shared_ptr<GatheredParam>> byShard;
+  ska::flat_hash_map<const c10::TensorImpl*, std::shared_ptr<GatheredParam>> byImpl;
+  ska::flat_hash_map<ShardKey, std::shared_ptr<GatheredParam>, ShardKeyHash> byShard;
   uint64_t nextGatherId = 1;
   std::map<int64_t, Handle> handles;
   int64_t nextHandle = 1;
@@ -130,6 +157,11 @@ bool sameMetadata(const at::Tensor& a, const at::Tensor& b) {
          a.sizes() == b.sizes() && a.strides() == b.strides();
 }
 
+bool sameMetadata(const at::Tensor& a, const ShardPlace& b) {
+  return a.dtype() == b.dtype && a.device() == b.device && a.sizes() == c10::IntArrayRef(b.sizes) &&
+         a.strides() == c10::IntArrayRef(b.strides);
+}
+
 // param_dtype applies to floating-point parameters only (FSDP2's MixedPrecisionPolicy casts
 // floating-point parameters); integer and bool parameters keep their dtype.
 at::ScalarType gatheredDtype(at::ScalarType shardDtype, std::optional<at::ScalarType> paramDtype) {
@@ -155,6 +187,28 @@ void pointAt(const at::Tensor& dst, const at::Tensor& src) {
   if (!impl->is_inference()) impl->bump_version();
 }
 
+// Points `dst` back at its shard, as pointAt does with a tensor (the same fields, the version kept
+// unless the dtype changes). A tensor whose metadata may not change through the setters (made
+// by `.data` or `detach()`) goes through set_data, as pointAt's tensors do.
+void pointBack(const at::Tensor& dst, const ShardPlace& shard) {
+  c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
+  if (!impl->allow_tensor_metadata_change()) {
+    at::Tensor src = at::empty({0}, at::TensorOptions().dtype(shard.dtype).device(shard.device));
+    src.set_(shard.storage, shard.offset, shard.sizes, shard.strides);
+    pointAt(dst, src);
+    return;
+  }
+  const bool sameDtype = impl->dtype() == shard.dtype;
+  if (sameDtype) {
+    impl->set_storage_keep_dtype(shard.storage);
+  } else {
+    impl->set_storage_and_dtype(shard.storage, shard.dtype);
+  }
+  impl->set_sizes_and_strides(shard.sizes, shard.strides);
+  impl->set_storage_offset(shard.offset);
+  if (!sameDtype && !impl->is_inference()) impl->bump_version();
+}
+
 // Points every parameter of `g` at `full`. All-or-nothing.
 void swapTo(GatheredParam& g, const at::Tensor& full) {
   at::NoGradGuard noGrad;
@@ -162,7 +216,7 @@ void swapTo(GatheredParam& g, const at::Tensor& full) {
   try {
     for (; done < g.params.size(); ++done) pointAt(g.params[done], full);
   } catch (...) {
-    for (size_t i = 0; i < done; ++i) pointAt(g.params[i], g.shards[i]);
+    for (size_t i = 0; i < done; ++i) pointBack(g.params[i], g.shards[i]);
     throw;
   }
 }
@@ -170,7 +224,7 @@ void swapTo(GatheredParam& g, const at::Tensor& full) {
 void swapBackToShards(GatheredParam& g) {
   if (!g.swapped) return;
   at::NoGradGuard noGrad;
-  for (size_t i = 0; i < g.params.size(); ++i) pointAt(g.params[i], g.shards[i]);
+  for (size_t i = 0; i < g.params.size(); ++i) pointBack(g.params[i], g.shards[i]);
   g.swapped = false;
   if (g.keptStorage) {
     g.keptStorage->set_data_ptr_noswap(at::DataPtr(nullptr, g.keptStorage->device()));
@@ -215,7 +269,7 @@ at::Tensor fullOverKeptStorage(Registry& reg, GatheredParam& g, const at::Tensor
 
 // Adds an alias TensorImpl to an already gathered group: it takes the group's full storage.
 void attachAlias(GatheredParam& g, const at::Tensor& alias) {
-  at::Tensor shard = alias.variable_data();  // as issue() takes shards
+  ShardPlace shard = ShardPlace::of(alias);
   if (g.swapped) {
     at::NoGradGuard noGrad;
     pointAt(alias, g.params.front());
@@ -308,10 +362,11 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     return p.defined() && p.has_storage() ? shardKeyOf(p) : ShardKey{nullptr, -1 - static_cast<int64_t>(i)};
   });
   std::vector<GatheredParam*> freshOfShard(params.size(), nullptr);  // by firstOfShard index
+  std::shared_ptr<const std::string> unitName;  // the fresh groups' unit, made once
   auto checkDtype = [&](size_t i, const GatheredParam& g) {
-    const at::ScalarType want = gatheredDtype(g.shards.front().scalar_type(), paramDtype);
+    const at::ScalarType want = gatheredDtype(g.shards.front().scalarType(), paramDtype);
     FSDP_CHECK(g.dtype == want, ErrorKind::kBadInput, ctx, ": parameter ", i,
-               " is already gathered (by unit '", g.unit, "') as ", g.dtype,
+               " is already gathered (by unit '", *g.unit, "') as ", g.dtype,
                ", but this call asks for ", want,
                "; a nested gather of a unit must use the param_dtype of the gather that "
                "unsharded it");
@@ -345,7 +400,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     auto known = reg.byImpl.find(impl);
     if (known != reg.byImpl.end()) {
       FSDP_CHECK(known->second->fullRows == fullRows[i], ErrorKind::kBadInput, ctx, ": parameter ",
-                 i, " is already gathered (by unit '", known->second->unit, "') with ",
+                 i, " is already gathered (by unit '", *known->second->unit, "') with ",
                  known->second->fullRows, " rows, but this call says ", fullRows[i]);
       checkDtype(i, *known->second);
       out.known.push_back(known->second);  // repeats dropped at the end
@@ -358,7 +413,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
       const GatheredParam& g = *gathered->second;
       FSDP_CHECK(g.fullRows == fullRows[i] && sameMetadata(p, g.shards.front()),
                  ErrorKind::kBadInput, ctx, ": parameter ", i,
-                 " aliases the storage of a gathered parameter of unit '", g.unit,
+                 " aliases the storage of a gathered parameter of unit '", *g.unit,
                  "' but has a different shape, dtype or row count");
       checkDtype(i, g);
       out.aliases.emplace_back(gathered->second, p);
@@ -382,7 +437,8 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     g->params.push_back(p);
     g->key = key;
     g->fullRows = fullRows[i];
-    g->unit = unit;
+    if (!unitName) unitName = std::make_shared<const std::string>(unit);
+    g->unit = unitName;
     g->dtype = gatheredDtype(p.scalar_type(), paramDtype);
     g->fullBytes = fullRows[i] * rowBytesAs(p, g->dtype);
     freshOfShard[firstOfShard[i]] = g.get();
@@ -406,24 +462,29 @@ std::unique_ptr<InFlight> issue(Registry& reg, std::vector<std::shared_ptr<Gathe
   req.device = device;
   req.rank = group.rank;
   req.world = group.world;
-  req.unit = fresh.front()->unit;
+  req.unit = *fresh.front()->unit;
   req.asyncStart = asyncStart;
   req.shards.reserve(fresh.size());
   req.fullRows.reserve(fresh.size());
   req.dtypes.reserve(fresh.size());
   for (const auto& g : fresh) {
     g->shards.clear();
-    // variable_data (Python's `.data`): a TensorImpl over the same storage, made directly; detach()
-    // goes through the dispatcher and autograd's view bookkeeping for every parameter of every
-    // gather, a quarter of a small gather's work. The alias only points the parameter back and
-    // is read by the pack, so its own version counter is never looked at.
-    for (const at::Tensor& p : g->params) g->shards.push_back(p.variable_data());
-    req.shards.push_back(g->shards.front());
+    for (const at::Tensor& p : g->params) g->shards.push_back(ShardPlace::of(p));
+    // The CPU paths read the shards only while the unshard starts, when a fresh parameter still
+    // is its shard, so they get the parameter itself. Other devices' paths may read theirs
+    // later (copies ordered on a stream, past the swap), so they get an alias that keeps
+    // pointing at the shard: variable_data (Python's `.data`), made directly, not detach(),
+    // which goes through the dispatcher and autograd's view bookkeeping.
+    const at::Tensor& p = g->params.front();
+    req.shards.push_back(device.is_cpu() ? p : p.variable_data());
     req.fullRows.push_back(g->fullRows);
     req.dtypes.push_back(g->dtype);
   }
   auto f = std::make_unique<InFlight>();
-  f->pending = startUnshard(req, ctx);
+  {
+    at::NoGradGuard noGrad;  // the paths copy from parameters that may require grad
+    f->pending = startUnshard(req, ctx);
+  }
   f->groups = std::move(fresh);
   f->gatherId = reg.nextGatherId++;
   for (const auto& g : f->groups) f->bytes += g->fullBytes;
