@@ -73,7 +73,7 @@ struct ShardPlace {
     return ShardPlace{t.storage(), t.storage_offset(), c10::DimVector(t.sizes()),
                       c10::DimVector(t.strides()), t.dtype(), t.device()};
   }
-  at::ScalarType scalarType() const { return dtype.toScalarType(); }
+  at::ScalarType scalarType() const { return c10::typeMetaToScalarType(dtype); }
 };
 
 // One deduplicated parameter (all aliases of one shard) and its gathered state. Almost every
