@@ -168,6 +168,21 @@ at::ScalarType gatheredDtype(at::ScalarType shardDtype, std::optional<at::Scalar
   return paramDtype && at::isFloatingType(shardDtype) ? *paramDtype : shardDtype;
 }
 
+// The TensorImpl setters behind pointAt and pointBack: `impl` takes the storage, dtype and
+// geometry given, and its version moves only when its dtype changes.
+void setPlace(c10::TensorImpl* impl, const c10::Storage& storage, caffe2::TypeMeta dtype,
+              c10::IntArrayRef sizes, c10::IntArrayRef strides, int64_t offset) {
+  const bool sameDtype = impl->dtype() == dtype;
+  if (sameDtype) {
+    impl->set_storage_keep_dtype(storage);
+  } else {
+    impl->set_storage_and_dtype(storage, dtype);
+  }
+  impl->set_sizes_and_strides(sizes, strides);
+  impl->set_storage_offset(offset);
+  if (!sameDtype && !impl->is_inference()) impl->bump_version();
+}
+
 // Points `dst` (a parameter TensorImpl) at `src`'s storage, offset, sizes, strides and dtype,
 // keeping `dst`'s version counter: autograd saves a parameter by its TensorImpl and checks that
 // version when backward unpacks it, and a training step reshards a unit after its forward and
@@ -180,11 +195,8 @@ void pointAt(const at::Tensor& dst, const at::Tensor& src) {
     dst.set_data(src);
     return;
   }
-  c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
-  impl->set_storage_and_dtype(src.storage(), src.dtype());
-  impl->set_sizes_and_strides(src.sizes(), src.strides());
-  impl->set_storage_offset(src.storage_offset());
-  if (!impl->is_inference()) impl->bump_version();
+  setPlace(dst.unsafeGetTensorImpl(), src.storage(), src.dtype(), src.sizes(), src.strides(),
+           src.storage_offset());
 }
 
 // Points `dst` back at its shard, as pointAt does with a tensor (the same fields, the version kept
@@ -198,15 +210,7 @@ void pointBack(const at::Tensor& dst, const ShardPlace& shard) {
     pointAt(dst, src);
     return;
   }
-  const bool sameDtype = impl->dtype() == shard.dtype;
-  if (sameDtype) {
-    impl->set_storage_keep_dtype(shard.storage);
-  } else {
-    impl->set_storage_and_dtype(shard.storage, shard.dtype);
-  }
-  impl->set_sizes_and_strides(shard.sizes, shard.strides);
-  impl->set_storage_offset(shard.offset);
-  if (!sameDtype && !impl->is_inference()) impl->bump_version();
+  setPlace(impl, shard.storage, shard.dtype, shard.sizes, shard.strides, shard.offset);
 }
 
 // Points every parameter of `g` at `full`. All-or-nothing.
