@@ -2,8 +2,8 @@
 # Runs fsdp-opt's benchmarks and writes their tables (stdout), JSON (bench/results/) and plots
 # (docs/bench_*.png). The numbers in docs/benchmarks.md come from this command.
 #
-#   bash bench/run.sh            # full run: all nine benchmarks (tens of minutes on 2 shared cores)
-#   bash bench/run.sh --quick    # smoke run of all nine (what test/bench-smoke.py checks)
+#   bash bench/run.sh            # full run: all ten benchmarks (tens of minutes on 2 shared cores)
+#   bash bench/run.sh --quick    # smoke run of all ten (what test/bench-smoke.py checks)
 #
 # Environment: FSDP_OPT_VENV (the torch 2.x venv, default ~/.cache/fsdp-opt/venv-torch2),
 # FSDP_OPT_BUILD (default build/t2: bin/fsdp-opt, lib/libfsdp_runtime.so, lib/libfsdp_passes.so).
@@ -25,6 +25,7 @@ if [ "${1:-}" = "--quick" ]; then
   "$python" "$root/bench/shard_model.py" --quick --build "$build"
   "$python" "$root/bench/hsdp.py" --quick --build "$build"
   "$python" "$root/bench/hook_cost.py" --quick --build "$build"
+  "$python" "$root/bench/gloo_stall.py" --quick
   exit 0
 fi
 mkdir -p "$root/bench/results"
@@ -46,3 +47,4 @@ mkdir -p "$root/bench/results"
   --json "$root/bench/results/hsdp.json" --plot "$root/docs/bench_hsdp.png"
 "$python" "$root/bench/hook_cost.py" --build "$build" \
   --json "$root/bench/results/hook_cost.json"
+"$python" "$root/bench/gloo_stall.py" --json "$root/bench/results/gloo_stall.json"

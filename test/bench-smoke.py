@@ -46,6 +46,7 @@
 # RUN: %python %S/../bench/shard_model.py --quick --work %t.shard | FileCheck %s --check-prefix=SHARD
 # RUN: %python %S/../bench/hsdp.py --quick --work %t.hsdp | FileCheck %s --check-prefix=HSDP
 # RUN: %python %S/../bench/hook_cost.py --quick --work %t.hook | FileCheck %s --check-prefix=HOOK
+# RUN: %python %S/../bench/gloo_stall.py --quick | FileCheck %s --check-prefix=STALL
 #
 # GEN: model: GPT n_layer=4
 # GEN: | configuration
@@ -231,3 +232,12 @@
 # HOOK-NEXT: | one path, hooks guarded {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{.*}}| yes {{ *}}|
 # HOOK-NEXT: | as written {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{.*}}| yes {{ *}}|
 # HOOK-NEXT: | hooks removed {{ *}}| {{[1-9][0-9]*}} {{ *}}|{{[^|]*\|[^|]*}}| 0 {{ *}}|{{[^|]*}}| yes {{ *}}|
+#
+# STALL: 1 launch(es) x 20 iterations, 1048576 bytes per rank and peer
+# STALL: | configuration
+# STALL-NEXT: |---
+# STALL-NEXT: | compute alone {{ *}}| - {{.*}}| - {{ *}}|
+# STALL-NEXT: | idle after {{ *}}| {{[0-9.]+}} {{.*}}| {{[0-9]+}} of 20 {{ *}}| {{[0-9.]+}} {{ *}}| - {{ *}}|
+# STALL-NEXT: | compute after {{ *}}| {{[0-9.]+}} {{.*}}| {{[0-9]+}} of 20 {{ *}}| {{[0-9.]+}} {{ *}}| {{[-+][0-9.]+}} {{ *}}|
+# STALL-NEXT: | compute after, sleep 50 us {{ *}}| {{[0-9.]+}} {{.*}}| {{[0-9]+}} of 20 {{ *}}| {{[0-9.]+}} {{ *}}| {{[-+][0-9.]+}} {{ *}}|
+# STALL: bytes: every exchange received the peer's fill
