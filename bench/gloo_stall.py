@@ -81,10 +81,10 @@ def rank_worker(ctx):
             x = torch.tanh(x @ mb)
 
     configs = a["configs"]
-    times = {name: ([], []) for name, _, _ in configs}
+    times = {name: {"exchange": [], "iteration": []} for name, _, _, _ in configs}
     bad = 0
     for it in range(a["warmup"] + a["iters"]):
-        for name, exchange, settle_us in bc.rotated(configs, it):
+        for name, exchange, computes, settle_us in bc.rotated(configs, it):
             dist.barrier()
             t0 = time.perf_counter()
             if exchange:
@@ -92,25 +92,15 @@ def rank_worker(ctx):
                 if settle_us:
                     time.sleep(settle_us * 1e-6)
             t1 = time.perf_counter()
-            if name != "idle after":
+            if computes:
                 compute()
             t2 = time.perf_counter()
             if exchange and not torch.equal(recv, want):
                 bad += 1
             if it >= a["warmup"]:
-                times[name][0].append(t1 - t0)
-                times[name][1].append(t2 - t0)
+                times[name]["exchange"].append(t1 - t0)
+                times[name]["iteration"].append(t2 - t0)
     return {"times": times, "bad": bad, "steps": int(steps)}
-
-
-def summarize(per_rank, configs):
-    """Per configuration: the slower rank's exchange and iteration times, iteration by iteration."""
-    out = {}
-    for name, _, _ in configs:
-        ex = [max(r["times"][name][0][i] for r in per_rank) for i in range(len(per_rank[0]["times"][name][0]))]
-        tot = [max(r["times"][name][1][i] for r in per_rank) for i in range(len(per_rank[0]["times"][name][1]))]
-        out[name] = (ex, tot)
-    return out
 
 
 def main():
@@ -133,13 +123,14 @@ def main():
         sys.exit("error: --settle-us: expected comma-separated integers, got %r" % a.settle_us)
     if not settles or any(s < 0 for s in settles):
         sys.exit("error: --settle-us: expected one or more integers >= 0, got %r" % a.settle_us)
-    configs = [("compute alone", False, 0), ("idle after", True, 0)]
-    configs += [("compute after" + (", sleep %d us" % s if s else ""), True, s) for s in settles]
+    # (name, exchange, computation after it, sleep in us between the two)
+    configs = [("compute alone", False, True, 0), ("idle after", True, False, 0)]
+    configs += [("compute after" + (", sleep %d us" % s if s else ""), True, True, s) for s in settles]
 
     load_start = bc.report_load()
     env = dict(os.environ, OMP_NUM_THREADS="1")
     t_start = time.perf_counter()
-    merged = {name: ([], []) for name, _, _ in configs}
+    merged = {name: ([], []) for name, _, _, _ in configs}
     bad, steps = 0, []
     for rnd in range(a.rounds):
         args = {"bytes": a.bytes, "compute_ms": a.compute_ms, "configs": configs, "iters": a.iters,
@@ -147,9 +138,10 @@ def main():
         per_rank = bc.launch_ranks(rank_worker, args, "launch %d" % (rnd + 1), a.timeout, env)
         bad += sum(r["bad"] for r in per_rank)
         steps.append(per_rank[0]["steps"])
-        for name, (ex, tot) in summarize(per_rank, configs).items():
-            merged[name][0].extend(ex)
-            merged[name][1].extend(tot)
+        for name, _, _, _ in configs:
+            of_config = [r["times"][name] for r in per_rank]
+            merged[name][0].extend(bc.slower_rank(of_config, "exchange"))
+            merged[name][1].extend(bc.slower_rank(of_config, "iteration"))
 
     def mean(xs):
         return sum(xs) / len(xs)
@@ -162,10 +154,10 @@ def main():
     idle = mean(merged["idle after"][0])
     head = ["configuration", "exchange median ms", "p90 ms", "mean ms", "over 2 ms", "iteration mean ms", "excess ms"]
     lines, rows = [], []
-    for name, exchange, settle in configs:
+    for name, exchange, computes, settle in configs:
         ex, tot = merged[name]
         slow = sum(1 for x in ex if x > SLOW_S)
-        excess = mean(tot) - alone - idle if name.startswith("compute after") else None
+        excess = mean(tot) - alone - idle if exchange and computes else None
         lines.append([name, "%.3f" % (bc.median(ex) * 1e3) if exchange else "-",
                       "%.3f" % (pct(ex, 0.9) * 1e3) if exchange else "-",
                       "%.3f" % (mean(ex) * 1e3) if exchange else "-",
@@ -180,9 +172,9 @@ def main():
     print("bytes: %s" % ("every exchange received the peer's fill" if bad == 0 else "%d exchanges received wrong bytes" % bad))
     wall = time.perf_counter() - t_start
     if a.json:
-        bc.write_json(a.json, {"rows": rows, "bad_exchanges": bad, "steps": steps, "loadavg_start": load_start,
-                               "loadavg_end": os.getloadavg(), "nproc": os.cpu_count(), "cpu": bc.cpu_model(),
-                               "git_head": bc.git_head(bc.ROOT), "wall_s": wall, "argv": sys.argv[1:], "table": table})
+        out = {"rows": rows, "bad_exchanges": bad, "steps": steps}
+        out.update(bc.run_record(load_start, os.getloadavg(), {}, wall, None, table))
+        bc.write_json(a.json, out)
     if bad:
         sys.exit(1)
 
