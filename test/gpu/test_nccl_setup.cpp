@@ -9,9 +9,6 @@
 //     next attempt rank 1 reads that attempt's id, never an earlier attempt's.
 // CUDA_VISIBLE_DEVICES is emptied first, so it runs the same with or without a GPU.
 // No GoogleTest: the GPU machine's standalone build (test/gpu/standalone) may not have it.
-#include <arpa/inet.h>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,6 +20,7 @@
 #include <c10/core/Device.h>
 #include <c10/util/Exception.h>
 
+#include "fsdp_opt/runtime/reserved_port.h"
 #include "process_group.h"
 
 namespace {
@@ -38,22 +36,6 @@ void check(bool ok, const std::string& what, const std::string& detail) {
 }
 
 bool has(const std::string& s, const char* part) { return s.find(part) != std::string::npos; }
-
-int freePort() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  if (fd < 0 || ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    std::perror("test_nccl_setup: finding a free port");
-    std::exit(1);
-  }
-  ::close(fd);
-  return ntohs(addr.sin_port);
-}
 
 // One creation attempt with FSDP_OPT_CUDA_DEVICE = `device` (nullptr: unset). Every attempt
 // here must fail; returns its message and how long it took.
@@ -122,7 +104,9 @@ int main() {
   ::setenv("WORLD_SIZE", "2", 1);
   ::setenv("LOCAL_WORLD_SIZE", "2", 1);
   ::setenv("MASTER_ADDR", "127.0.0.1", 1);
-  ::setenv("MASTER_PORT", std::to_string(freePort()).c_str(), 1);
+  // Held for the whole test: rank 0's store binds it at each attempt.
+  const fsdp_opt::runtime::ReservedPort reserved;
+  ::setenv("MASTER_PORT", std::to_string(reserved.port()).c_str(), 1);
   ::setenv("FSDP_OPT_TIMEOUT_S", "30", 1);
   std::fflush(stdout);
   const pid_t child = ::fork();

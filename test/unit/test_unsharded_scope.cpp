@@ -6,14 +6,13 @@
 // or through a moved-to guard) reshards, that a subset scope leaves the other units to the calls,
 // and that a unit name the module lacks is refused before anything is gathered.
 #include <fsdp_opt/fsdp_opt.h>
+#include <fsdp_opt/runtime/reserved_port.h>
 #include <fsdp_opt/runtime/runtime.h>
 #include <fsdp_opt/runtime/unsharded_scope.h>
 
 #include <gtest/gtest.h>
 #include <torch/script.h>
 
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -41,19 +40,6 @@ torch::jit::Module makeModel() {
   root.register_module("b", b);
   root.define("def forward(self, x):\n    return self.b.forward(self.a.forward(x)) * self.scale\n");
   return root;
-}
-
-int freePort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr));
-  socklen_t len = sizeof(addr);
-  getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len);
-  close(fd);
-  return ntohs(addr.sin_port);
 }
 
 // What one rank checks; the failures, one line each.
@@ -145,7 +131,8 @@ std::vector<std::string> runRank(int rank, int port) {
 }
 
 TEST(UnshardedScope, TwoRanks) {
-  const int port = freePort();
+  const rt::ReservedPort reserved;  // held until both ranks are reaped
+  const int port = reserved.port();
   std::vector<pid_t> children;
   for (int rank = 0; rank < 2; ++rank) {
     const pid_t pid = fork();

@@ -1,13 +1,10 @@
 // fsdp-run's launcher, in the four steps launcher.h lists.
 #include "launcher.h"
 
-#include <arpa/inet.h>
 #include <dirent.h>
 #include <fcntl.h>
-#include <netinet/in.h>
 #include <signal.h>
 #include <sys/prctl.h>
-#include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +16,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
+#include <exception>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -30,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp_opt/format.h"
+#include "fsdp_opt/runtime/reserved_port.h"
 #include "fsdp_opt/runtime/runtime.h"
 #include "run_torch.h"
 #include "worker_files.h"
@@ -158,30 +157,10 @@ struct Worker {
 struct Run {
   std::string tmp;  // the workers' files (worker_files.h)
   std::vector<Worker> workers;
+  // Rank 0's store port, held until the workers are reaped: rank 0 listens on it only after
+  // loading torch, and nothing else may take it meanwhile.
+  std::optional<fsdp_opt::runtime::ReservedPort> port;
 };
-
-// A TCP port that is free right now on the loopback interface.
-int freePort(std::string* err) {
-  const int fd = ::socket(AF_INET, SOCK_STREAM, 0);
-  if (fd < 0) {
-    *err = std::string("socket: ") + std::strerror(errno);
-    return -1;
-  }
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof(addr);
-  int port = -1;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0 &&
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  } else {
-    *err = std::string("cannot pick a free port: ") + std::strerror(errno);
-  }
-  ::close(fd);
-  return port;
-}
 
 // Removes the run's temporary directory: flat, holding only files the workers wrote.
 void removeTree(const std::string& dir) {
@@ -273,12 +252,13 @@ void killAndReapAll(std::vector<Worker>& workers) {
 }
 
 int spawn(const Options& o, const Job& job, const std::string& self, Run* run) {
-  std::string portErr;
-  const int port = freePort(&portErr);
-  if (port < 0) {
-    std::cerr << "error: " << portErr << "\n";
+  try {
+    run->port.emplace();
+  } catch (const std::exception& e) {
+    std::cerr << "error: " << e.what() << "\n";
     return kExitWorkerFailed;
   }
+  const int port = run->port->port();
   std::string tmpl = "/tmp/fsdp-run.XXXXXX";
   if (const char* t = std::getenv("TMPDIR"); t != nullptr && *t != '\0') {
     tmpl = std::string(t) + "/fsdp-run.XXXXXX";
