@@ -225,8 +225,9 @@ def launch_ranks(worker, args, what, timeout, env):
     torch.distributed's own group (see init_rank); exits naming `what` if a rank fails.
     Returns each rank's return value, in rank order."""
     import fsdp_harness
-    args = dict(args, dist_port=fsdp_harness.free_port())
-    results = fsdp_harness.run_ranks(WORLD_SIZE, worker, args=args, timeout=timeout, env=env)
+    with fsdp_harness.ReservedPort() as dist_port:
+        args = dict(args, dist_port=dist_port.port)
+        results = fsdp_harness.run_ranks(WORLD_SIZE, worker, args=args, timeout=timeout, env=env)
     if any(not r.ok for r in results):
         sys.exit("error: %s failed:\n%s" % (what, fsdp_harness.describe_ranks(results)))
     return [r.value for r in results]

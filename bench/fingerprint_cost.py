@@ -23,20 +23,16 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 import time
 
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "Inputs"))
+from fsdp_harness import ReservedPort  # noqa: E402
+
 SIZES = [256, 4096, 65536, 1 << 20, 16 << 20]  # bytes per rank
-
-
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def timed(n, call):
@@ -96,7 +92,6 @@ def gpt_worker(lib, directory, calls):
 def prepare_gpt(fsdp_opt, work):
     """The GPT of docs/benchmarks.md section 1, sharded without and with the one-layer budget."""
     import torch
-    sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "test", "Inputs"))
     import fsdp_models
     model_pt = os.path.join(work, "gpt.pt")
     fsdp_models.save(fsdp_models.make("gpt", vocab_size=1000, block_size=64, n_layer=4, n_head=4, n_embd=256,
@@ -115,7 +110,11 @@ def prepare_gpt(fsdp_opt, work):
 
 
 def run_pair(lib, iters, gpt=None):
-    port = free_port()
+    with ReservedPort() as reserved:
+        return run_pair_on(reserved.port, lib, iters, gpt)
+
+
+def run_pair_on(port, lib, iters, gpt):
     procs = []
     for r in range(2):
         env = dict(os.environ, RANK=str(r), WORLD_SIZE="2", MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port),

@@ -200,10 +200,11 @@ def _run(a, tool, lib, work, plot, argv):
     values = [{"times": {}, "sent": {}, "tokens": {}, "params": {}} for _ in range(WORLD)]
     for rnd in range(a.rounds):
         for cfg in bc.rotated(list(CONFIGS), rnd):
-            args = {"dirs": dirs, "schedule": [cfg], "vocab": a.vocab, "new_tokens": a.new_tokens,
-                    "warmup": a.warmup, "repeats": a.repeats, "dist_port": fsdp_harness.free_port()}
-            results = fsdp_harness.run_ranks(WORLD, rank_main, args=args, timeout=3600, env=env,
-                                             nodes=WORLD // PER_NODE)
+            with fsdp_harness.ReservedPort() as dist_port:
+                args = {"dirs": dirs, "schedule": [cfg], "vocab": a.vocab, "new_tokens": a.new_tokens,
+                        "warmup": a.warmup, "repeats": a.repeats, "dist_port": dist_port.port}
+                results = fsdp_harness.run_ranks(WORLD, rank_main, args=args, timeout=3600, env=env,
+                                                 nodes=WORLD // PER_NODE)
             if any(not r.ok for r in results):
                 sys.exit("error: the rank processes failed:\n%s" % fsdp_harness.describe_ranks(results))
             for merged, r in zip(values, results):

@@ -18,7 +18,9 @@ g = torch.Generator().manual_seed(3)
 torch.save(torch.randint(0, 67, (2, 3, 2, 7), generator=g), "batches.pt")'
 "$fsdp_opt" gpt.pt --fsdp-unit=. --fsdp-unit='blocks.*' --world-size=2 -o w2
 
-port=$("$FSDP_PYTHON" -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')
+# Rank 0's store port, held until this script ends (docs/runtime.md, "Rendezvous ports").
+exec 3< <(PYTHONPATH="$FSDP_SOURCE_DIR/test/Inputs" "$FSDP_PYTHON" -m fsdp_harness --reserve-port-while $$)
+read -r port <&3
 pids=()
 for rank in 0 1; do
   RANK=$rank LOCAL_RANK=$rank WORLD_SIZE=2 LOCAL_WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=$port \

@@ -3,19 +3,14 @@ own launcher), with outputs bitwise identical to the original model's (SPEC sect
 
 import json
 import os
-import socket
 import subprocess
 import sys
 
 import torch
 
+from fsdp_harness import ReservedPort  # test/Inputs (conftest.py)
+
 HERE = os.path.dirname(os.path.abspath(__file__))
-
-
-def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def torchrun(log_dir: str):
@@ -42,11 +37,12 @@ def run_two_ranks(fsdp_opt, fm, tmp_path, worker: str, *args: str) -> None:
                                         ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     env["FSDP_OPT_LIB_DIR"] = fsdp_opt.load()
     env.setdefault("FSDP_OPT_TIMEOUT_S", "60")
-    command = torchrun(str(tmp_path / "logs")) + [
-        "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=%d" % free_port(),
-        os.path.join(HERE, worker)] + list(args)
-    proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                          text=True, timeout=240)
+    with ReservedPort() as master:  # held until torchrun's agent has listened on it and ended
+        command = torchrun(str(tmp_path / "logs")) + [
+            "--nnodes=1", "--nproc_per_node=2", "--master_addr=127.0.0.1", "--master_port=%d" % master.port,
+            os.path.join(HERE, worker)] + list(args)
+        proc = subprocess.run(command, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                              text=True, timeout=240)
     assert proc.returncode == 0, "%s\n%s" % (" ".join(command), proc.stdout[-6000:])
 
 

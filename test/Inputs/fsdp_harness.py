@@ -19,7 +19,7 @@ Driver side:
 
 Rank side: `run_ranks(W, fn, args)` starts W processes of `python -m fsdp_harness --worker`
 with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-MASTER_ADDR=127.0.0.1, MASTER_PORT=<a free port>). Each imports the file that defines `fn`
+MASTER_ADDR=127.0.0.1, MASTER_PORT=<a port held until every rank has ended: ReservedPort>). Each imports the file that defines `fn`
 (a top-level function of the test file; the file is imported under another name, so its
 `if __name__ == "__main__":` block does not run) and calls fn(ctx), where ctx is a
 RankContext: ctx.rank, ctx.world_size, ctx.args (the JSON-able dict given to run_ranks),
@@ -28,6 +28,9 @@ ctx.reset_stats(). fn's return value (tensors, numbers, strings, lists, tuples, 
 torch.save'd and comes back as RankResult.value. A rank that raises prints its traceback to
 stderr and exits 1. Workers leave with os._exit (a failed collective may leave Gloo threads
 blocked in teardown).
+
+A shell script that starts ranks itself holds its port with `python -m fsdp_harness
+--reserve-port-while $$` (hold_port_while).
 """
 
 import contextlib
@@ -60,11 +63,34 @@ class HarnessError(Exception):
 
 # ---- small utilities -------------------------------------------------------------------------
 
-def free_port():
-    """A TCP port on 127.0.0.1 that is free right now."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+class ReservedPort:
+    """A loopback port for a rendezvous store that listens on it later, held until close() (or
+    the end of a `with` block): the Python twin of fsdp_opt::runtime::ReservedPort
+    (docs/runtime.md, "Rendezvous ports"). A port found by binding port 0 and closing the socket
+    stays free while the ranks load torch, and the kernel may hand it out again meanwhile (to
+    another bind of port 0, or as any outgoing connection's local port); rank 0's store then fails
+    with EADDRINUSE. This socket stays bound, with SO_REUSEADDR and never listening, so the
+    kernel gives the port to nobody else while c10d's TCPStore, which sets SO_REUSEADDR too, can
+    still listen on it. Python sockets are not inherited by child processes."""
+
+    def __init__(self):
+        self._socket = socket.socket()
+        try:
+            self._socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            self._socket.bind(("127.0.0.1", 0))
+        except OSError:
+            self._socket.close()
+            raise
+        self.port = self._socket.getsockname()[1]
+
+    def close(self):
+        self._socket.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
 
 
 def runtime_lib():
@@ -542,7 +568,6 @@ def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None,
         src, fn_name = target.rsplit(":", 1)
         src = os.path.abspath(src)
     python = python or sys.executable
-    port = free_port()
     base_env = dict(os.environ if env is None else env)
     for v in list(base_env):
         if v.startswith("TORCHELASTIC_"):
@@ -552,6 +577,8 @@ def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None,
     work = tempfile.mkdtemp(prefix="fsdp-harness.")
     args_json = json.dumps(args or {})
     procs, files, results = [], [], []
+    reserved = ReservedPort()  # rank 0's store port, until every rank has ended
+    port = reserved.port
     try:
         for r in range(world_size):
             e = dict(base_env)
@@ -612,6 +639,7 @@ def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None,
                     p.kill()
                 p.wait(timeout=30)
         shutil.rmtree(work, ignore_errors=True)
+        reserved.close()
     return results
 
 
@@ -709,9 +737,26 @@ def kill_self(how):
     os._exit(1)
 
 
+def hold_port_while(pid):
+    """For shell scripts that start ranks themselves: reserves a port (ReservedPort), prints it
+    and holds it until process `pid` (the script, `$$`) has ended.
+
+        exec 3< <("$PYTHON" -m fsdp_harness --reserve-port-while $$); read -r port <&3"""
+    with ReservedPort() as reserved:
+        print(reserved.port, flush=True)
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                return 0
+            time.sleep(0.2)
+
+
 def main(argv):
     if len(argv) == 5 and argv[0] == "--worker":
         _worker(*argv[1:])
+    if len(argv) == 2 and argv[0] == "--reserve-port-while":
+        return hold_port_while(int(argv[1]))
     print(__doc__)
     return 2
 

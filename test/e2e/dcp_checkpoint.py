@@ -153,8 +153,9 @@ def main():
         unit_params = {name for u in json.load(f)["units"] for p in u["params"] for name in [p["path"]] + p["aliases"]}
 
     def ranks(world, phase, **args):
-        args.update(phase=phase, dist_port=h.free_port())
-        results = h.run_ranks(world, rank_main, args, timeout=240)
+        with h.ReservedPort() as dist_port:  # torch.distributed's own group (rank_main)
+            args.update(phase=phase, dist_port=dist_port.port)
+            results = h.run_ranks(world, rank_main, args, timeout=240)
         ok = t.check(all(r.ok for r in results), "W=%d %s: every rank ran" % (world, phase), h.describe_ranks(results))
         return [r.value for r in results] if ok else None
 

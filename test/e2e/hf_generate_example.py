@@ -43,9 +43,10 @@ def main():
     t.check(h.gathers_per_call(r.stdout, "generate", 16) == 1, "--stats predicts 1 gather per generate", r.stdout)
     original = torch.jit.load(os.path.join(work, "gpt2-generate.pt"))
     for mode in ("run", "python"):
-        cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
-               "--master_port=%d" % h.free_port(), script, mode]
-        r = h.run_tool(cmd, cwd=work, env=env, timeout=300)
+        with h.ReservedPort() as master:
+            cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2",
+                   "--master_port=%d" % master.port, script, mode]
+            r = h.run_tool(cmd, cwd=work, env=env, timeout=300)
         if not t.check(r.returncode == 0, "torchrun --nproc_per_node=2 examples/hf_generate.py %s" % mode, r.describe()):
             continue
         for rank in (0, 1):

@@ -22,13 +22,14 @@ Prints one line per failed check, then `N passed, M failed`; exits 1 if anything
 import argparse
 import math
 import os
-import socket
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
 import traceback
+
+from fsdp_harness import ReservedPort  # test/Inputs, on PYTHONPATH under lit
 
 HERE = os.path.abspath(__file__)
 
@@ -933,15 +934,13 @@ def worker_main(args):
 # driver side
 # ---------------------------------------------------------------------------------------------
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def run_scenario(lib, world, scenario, timeout, expect_exit):
     """Runs one scenario on `world` processes; returns (passed, failed_lines)."""
-    port = free_port()
+    with ReservedPort() as reserved:
+        return run_scenario_on(reserved.port, lib, world, scenario, timeout, expect_exit)
+
+
+def run_scenario_on(port, lib, world, scenario, timeout, expect_exit):
     env = dict(os.environ)
     for v in ("RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_ADDR", "MASTER_PORT"):
         env.pop(v, None)

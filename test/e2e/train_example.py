@@ -34,14 +34,16 @@ def main():
         return t.finish("")
     env = dict(os.environ, OMP_NUM_THREADS="1", FSDP_OPT_LIB_DIR=os.path.dirname(h.runtime_lib()),
                PYTHONPATH=os.pathsep.join([os.path.join(REPO, "python"), os.environ.get("PYTHONPATH", "")]))
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=%d" % h.free_port()]
+    master = h.ReservedPort()
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc_per_node=2", "--master_port=%d" % master.port]
     from torch.distributed.elastic.multiprocessing.api import Std
     if Std.from_str("0") is None:
         # Debian's torch 1.13 on Python 3.11 (python/tests/test_torchrun.py): torchrun dies
         # unless the workers' stdout is redirected and teed.
         cmd += ["--redirects", "1", "--tee", "1", "--log_dir", os.path.join(work, "logs")]
     cmd.append(script)
-    r = h.run_tool(cmd, cwd=work, env=env, timeout=300)
+    with master:
+        r = h.run_tool(cmd, cwd=work, env=env, timeout=300)
     if not t.check(r.returncode == 0, "torchrun --nproc_per_node=2 examples/train.py", r.describe()):
         return t.finish("")
     for rank in (0, 1):
