@@ -184,13 +184,17 @@ def main(argv=None):
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--passes", type=int, default=150, help="passes over the configurations")
     p.add_argument("--calls", type=int, default=2, help="timed calls of each configuration per pass")
-    p.add_argument("--port", type=int, default=29617, help="MASTER_PORT of the W=1 group")
+    p.add_argument("--port", type=int, default=None,
+                   help="MASTER_PORT of the W=1 group (default: a port this process holds)")
     p.add_argument("--json", help="write the results here")
     args = p.parse_args(argv)
     if args.quick:
         args.layers, args.d, args.tokens, args.passes, args.calls, args.warmup = 2, 32, 4, 2, 2, 2
     tool, lib = bc.fsdp_opt_and_runtime(args.build)
-    fsdp_opt = load_fsdp_opt(lib, args.port)
+    # Held until the process exits: the group's store binds it when the first rank file loads.
+    import fsdp_harness
+    held_port = None if args.port else fsdp_harness.ReservedPort()
+    fsdp_opt = load_fsdp_opt(lib, args.port or held_port.port)
     pipelines = {"default": fsdp_opt.default_pipeline()}
     pipelines["one path"] = [p for p in pipelines["default"] if p != "specialize-no-grad"]
     load_start = os.getloadavg()[0]
