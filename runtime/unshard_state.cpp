@@ -358,13 +358,17 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
              ": param_dtype must be a floating-point dtype, got ", *paramDtype);
   Classified out;
   // The same tensor listed twice (tied) counts once; fresh parameters sharing a shard's storage
-  // are one group. A tensor without storage gets a key of its own (its checks below raise).
+  // are one group. A tensor without storage gets a key of its own (its check below raises).
   const std::vector<size_t> firstOfImpl = firstWithSameKey(
       params.size(), [&](size_t i) { return static_cast<const void*>(params[i].unsafeGetTensorImpl()); });
-  const std::vector<size_t> firstOfShard = firstWithSameKey(params.size(), [&](size_t i) {
+  std::vector<ShardKey> shardKeys(params.size());
+  for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
-    return p.defined() && p.has_storage() ? shardKeyOf(p) : ShardKey{nullptr, -1 - static_cast<int64_t>(i)};
-  });
+    shardKeys[i] = p.defined() && p.has_storage() ? shardKeyOf(p)
+                                                  : ShardKey{nullptr, -1 - static_cast<int64_t>(i)};
+  }
+  const std::vector<size_t> firstOfShard =
+      firstWithSameKey(params.size(), [&](size_t i) { return shardKeys[i]; });
   std::vector<GatheredParam*> freshOfShard(params.size(), nullptr);  // by firstOfShard index
   std::shared_ptr<const std::string> unitName;  // the fresh groups' unit, made once
   auto checkDtype = [&](size_t i, const GatheredParam& g) {
@@ -381,7 +385,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
     if (byImpl != reg.inFlightByImpl.end()) {
       handle = byImpl->second;
     } else {
-      auto byKey = reg.inFlightByShard.find(shardKeyOf(p));
+      auto byKey = reg.inFlightByShard.find(shardKeys[i]);
       if (byKey == reg.inFlightByShard.end()) return;
       handle = byKey->second;
     }
@@ -394,6 +398,8 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
   for (size_t i = 0; i < params.size(); ++i) {
     const at::Tensor& p = params[i];
     FSDP_CHECK(p.defined(), ErrorKind::kBadInput, ctx, ": parameter ", i, " is undefined");
+    FSDP_CHECK(p.has_storage(), ErrorKind::kBadInput, ctx, ": parameter ", i, " (layout ",
+               p.layout(), ") has no storage; only dense strided parameters can be gathered");
     FSDP_CHECK(p.dim() >= 1, ErrorKind::kBadInput, ctx, ": parameter ", i,
                " is 0-dim; 0-dim parameters are replicated and must not be gathered");
     FSDP_CHECK(fullRows[i] >= 0, ErrorKind::kBadInput, ctx, ": parameter ", i,
@@ -411,7 +417,7 @@ Classified classify(const Registry& reg, const std::vector<at::Tensor>& params,
       continue;
     }
     checkNotInFlight(i, p);
-    const ShardKey key = shardKeyOf(p);
+    const ShardKey& key = shardKeys[i];
     auto gathered = reg.byShard.find(key);
     if (gathered != reg.byShard.end()) {
       const GatheredParam& g = *gathered->second;

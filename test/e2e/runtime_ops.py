@@ -322,6 +322,13 @@ def scenario_main(torch, rank, world, rep):
                       "unit 'z'", "0-dim")
     rep.check("zero_dim_error", zero_dim)
 
+    def sparse():
+        text = expect_raises(
+            lambda: ops.all_gather([torch.nn.Parameter(torch.eye(2).to_sparse())], [2], "s"),
+            "unit 's'", "parameter 0", "no storage")
+        expect_kind(torch, text, "bad-input")
+    rep.check("sparse_error", sparse)
+
     def empty_list():
         s0 = stats(torch)
         expect(ops.all_gather([], [], "empty") == [], "empty gather returned something")
