@@ -574,11 +574,11 @@ def run_ranks(world_size, target, args=None, timeout=120, env=None, python=None,
             del base_env[v]
     base_env["PYTHONPATH"] = os.pathsep.join([HERE] + ([base_env["PYTHONPATH"]] if base_env.get("PYTHONPATH") else []))
     base_env.setdefault("OMP_NUM_THREADS", "1")
+    reserved = ReservedPort()  # rank 0's store port, until every rank has ended
+    port = reserved.port
     work = tempfile.mkdtemp(prefix="fsdp-harness.")
     args_json = json.dumps(args or {})
     procs, files, results = [], [], []
-    reserved = ReservedPort()  # rank 0's store port, until every rank has ended
-    port = reserved.port
     try:
         for r in range(world_size):
             e = dict(base_env)
