@@ -17,7 +17,11 @@
 # Step 3 needs timm, which only the torch 2.x leg's venv has; the 1.13 leg says it skips it.
 # The venv takes torch from the leg's venv through a .pth file instead of a second copy of its
 # GiBs: the same pinned torch at the same path, so the wheel's build hits the leg's ccache
-# (build-dir build/pip-LEG sits as deep as build/LEG, and CCACHE_BASEDIR is the checkout).
+# (build-dir build/pip-LEG sits as deep as build/LEG, and CCACHE_BASEDIR is the checkout). For
+# the same reason the wheel is built with the leg's compiler, named as the leg named it (CXX):
+# left alone, the wheel's build finds /usr/bin/x86_64-linux-gnu-g++ where the leg's found
+# /usr/bin/c++, the same g++ under another name, and ccache keys on the name, so on a machine
+# with a cold cache the wheel took 16 minutes to compile what the leg had just compiled.
 # usage: pip_install.sh TEST_CONFIG.sh WORKDIR
 set -euo pipefail
 config=$1 work=$2
@@ -63,7 +67,7 @@ snapshot >"$work/before.txt"
 
 echo "== 2. pip install $FSDP_SOURCE_DIR"
 start=$SECONDS
-pip_install "$venv" "$work/install.log" -v --config-settings "build-dir=$FSDP_SOURCE_DIR/build/pip-$leg" \
+CXX=$FSDP_CXX_COMPILER pip_install "$venv" "$work/install.log" -v --config-settings "build-dir=$FSDP_SOURCE_DIR/build/pip-$leg" \
   || { tail -n 60 "$work/install.log"; fail "pip install ."; }
 echo "pip install took $((SECONDS - start)) s"
 choice=$(grep -oE 'fsdp-opt: (CUDA/NCCL backend|CPU build)[^;]*' "$work/install.log" | head -n 1)
