@@ -15,6 +15,7 @@
 #include "collective_order.h"
 #include "envelope.h"
 #include "errors.h"
+#include "fsdp_opt/format.h"
 #include "fsdp_opt/runtime/runtime.h"
 #include "host_buffer_pool.h"
 #include "process_group.h"
@@ -36,7 +37,7 @@ class CopyOnlyUnshard final : public PendingUnshard {
       const at::Tensor& shard = req.shards[i];
       if (shard.scalar_type() == req.dtypes[i]) continue;
       fulls_[i] = shard.device().is_cpu()
-                      ? pooledEmptyCpu(shard.sizes(), req.dtypes[i])
+                      ? pooledEmptyCpu(shard.sizes(), fullStridesOf(shard, shard.size(0)), req.dtypes[i])
                       : at::empty(shard.sizes(), shard.options().dtype(req.dtypes[i]));
       fulls_[i].copy_(shard);
     }
@@ -49,13 +50,16 @@ class CopyOnlyUnshard final : public PendingUnshard {
 
 // CPU, world size > 1: cast (at::Tensor::to) and pack every shard into this rank's slot of the
 // receive buffer, one asynchronous in-place byte all-gather of those slots on the backend that
-// serves CPU tensors, unpack into the full tensors at finish(). Ahead of it, the envelope with
-// the gather's fingerprint (envelope.h), checked before the payload's all-gather is issued; the
-// shards are packed while it is on its way. A payload that fits in the envelope (always one of at most 448 bytes, and
-// any payload of up to 1 MiB once the collectives before it repeat) is packed into it and needs
-// no all-gather of its own; it is unpacked from every rank's envelope once the fingerprints
-// matched. all_gather_start leaves both the check and the payload to the issuer thread
-// (collective_order.h).
+// serves CPU tensors, unpack into the full tensors at finish(). A full tensor has its shard's
+// memory layout (fullStridesOf). Where each row is still one run of bytes (channels_last), the
+// rows travel as they lie in memory and are copied as runs; where it is not (a transposed
+// parameter), they travel row-major and are copied into place strided (kStridedRows).
+// Ahead of it, the envelope with the gather's fingerprint (envelope.h), checked before the
+// payload's all-gather is issued; the shards are packed while it is on its way. A payload that
+// fits in the envelope (always one of at most 448 bytes, and any payload of up to 1 MiB once the
+// collectives before it repeat) is packed into it and needs no all-gather of its own; it is
+// unpacked from every rank's envelope once the fingerprints matched. all_gather_start leaves
+// both the check and the payload to the issuer thread (collective_order.h).
 class HostCollectiveUnshard final : public PendingUnshard {
  public:
   HostCollectiveUnshard(const UnshardRequest& req, const std::string& context)
@@ -64,8 +68,16 @@ class HostCollectiveUnshard final : public PendingUnshard {
     // Pool buffers (host_buffer_pool.h): the same sizes come back on every gather of the unit.
     // Allocated now, filled at finish(): the memory of a started gather is held from here on
     // (what peak_unsharded_bytes counts).
+    rowLayouts_.reserve(req.shards.size());
     for (size_t i = 0; i < req.shards.size(); ++i) {
-      fulls_.push_back(pooledEmptyCpu(fullSizes(req.shards[i], req.fullRows[i]), req.dtypes[i]));
+      const at::Tensor& shard = req.shards[i];
+      const c10::DimVector strides = fullStridesOf(shard, req.fullRows[i]);
+      RowLayout rows = RowLayout::kRowMajor;
+      if (!strides.empty()) {
+        rows = strides[0] * shard.size(0) == shard.numel() ? RowLayout::kKeptRuns : RowLayout::kStridedRows;
+      }
+      rowLayouts_.push_back(rows);
+      fulls_.push_back(pooledEmptyCpu(fullSizes(shard, req.fullRows[i]), strides, req.dtypes[i]));
     }
     const int64_t bytes = layout_.packedBytes();
     if (bytes == 0) return;  // nothing to send on any rank: no collective, no fingerprint
@@ -122,11 +134,20 @@ class HostCollectiveUnshard final : public PendingUnshard {
       auto c = std::move(collective_);
       c->wait();
     }
-    std::vector<void*> dst;
-    for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
     // This rank's rows are in place already (placeOwnRows).
-    layout::unpackCpu(layout_, static_cast<const char*>(recv_.data_ptr()) + chunkOffset_, dst,
-                      chunkStride_, backend_->rank());
+    const char* chunks = static_cast<const char*>(recv_.data_ptr()) + chunkOffset_;
+    layout::unpackCpu(layout_, chunks, runDestinations(), chunkStride_, backend_->rank());
+    for (size_t i = 0; i < fulls_.size(); ++i) {
+      if (rowLayouts_[i] != RowLayout::kStridedRows) continue;
+      for (int64_t r = 0; r < layout_.world(); ++r) {
+        if (r == backend_->rank()) continue;
+        const layout::Segment seg = layout_.unpackSegment(i, r);
+        if (seg.bytes == 0) continue;
+        const char* rows = chunks + seg.srcOffset + r * (chunkStride_ - layout_.packedBytes());
+        copyRowsInto(i, seg, at::from_blob(const_cast<char*>(rows), rowsShape(i, seg),
+                                           fulls_[i].options()));
+      }
+    }
     send_.reset();
     recv_.reset();
   }
@@ -158,8 +179,14 @@ class HostCollectiveUnshard final : public PendingUnshard {
     src.reserve(req.shards.size());
     for (size_t i = 0; i < req.shards.size(); ++i) {
       const at::Tensor& shard = req.shards[i];
-      if (shard.scalar_type() == req.dtypes[i] && shard.is_contiguous()) {
+      const bool runs = shard.is_contiguous() || rowLayouts_[i] == RowLayout::kKeptRuns;
+      if (shard.scalar_type() == req.dtypes[i] && runs) {
         packedSources_.push_back(shard);  // read as it is: no new tensor on every gather
+      } else if (rowLayouts_[i] == RowLayout::kKeptRuns) {
+        // Cast into the same layout, so the bytes travel in the order the full tensor keeps.
+        at::Tensor cast = at::empty_strided(shard.sizes(), shard.strides(), shard.options().dtype(req.dtypes[i]));
+        cast.copy_(shard);
+        packedSources_.push_back(std::move(cast));
       } else {
         packedSources_.push_back(shard.detach().to(req.dtypes[i]).contiguous());
       }
@@ -175,10 +202,38 @@ class HostCollectiveUnshard final : public PendingUnshard {
   void placeOwnRows() {
     std::vector<const void*> src;
     for (const at::Tensor& s : packedSources_) src.push_back(s.data_ptr());
-    std::vector<void*> dst;
-    for (const at::Tensor& f : fulls_) dst.push_back(f.data_ptr());
-    layout::unpackRankCpu(layout_, backend_->rank(), src, dst);
+    const int64_t rank = backend_->rank();
+    layout::unpackRankCpu(layout_, rank, src, runDestinations());
+    for (size_t i = 0; i < fulls_.size(); ++i) {
+      if (rowLayouts_[i] != RowLayout::kStridedRows) continue;
+      const layout::Segment seg = layout_.unpackSegment(i, rank);
+      if (seg.bytes > 0) copyRowsInto(i, seg, packedSources_[i].narrow(0, 0, seg.bytes / layout_.param(i).rowBytes));
+    }
     packedSources_.clear();
+  }
+
+  // The full tensors' data for the copies by runs of bytes: null for those copied strided.
+  std::vector<void*> runDestinations() const {
+    std::vector<void*> dst;
+    dst.reserve(fulls_.size());
+    for (size_t i = 0; i < fulls_.size(); ++i) {
+      dst.push_back(rowLayouts_[i] == RowLayout::kStridedRows ? nullptr : fulls_[i].data_ptr());
+    }
+    return dst;
+  }
+
+  // The shape of segment `seg`'s rows of parameter i.
+  c10::DimVector rowsShape(size_t i, const layout::Segment& seg) const {
+    c10::DimVector shape(fulls_[i].sizes());
+    shape[0] = seg.bytes / layout_.param(i).rowBytes;
+    return shape;
+  }
+
+  // Copies `rows` (row-major) to where segment `seg` of parameter i belongs in its strided full
+  // tensor.
+  void copyRowsInto(size_t i, const layout::Segment& seg, const at::Tensor& rows) {
+    const int64_t rowBytes = layout_.param(i).rowBytes;
+    fulls_[i].narrow(0, seg.dstOffset / rowBytes, seg.bytes / rowBytes).copy_(rows);
   }
 
   std::unique_ptr<PendingCollective> takeDeferred() {
@@ -194,6 +249,15 @@ class HostCollectiveUnshard final : public PendingUnshard {
     return specs;
   }
 
+  // How a parameter's rows travel and land.
+  enum class RowLayout : uint8_t {
+    kRowMajor,     // a contiguous full tensor: rows as runs of bytes, row-major
+    kKeptRuns,     // the shard's layout kept, each row still one run of bytes: copied as runs
+    kStridedRows,  // the shard's layout kept, rows strided in it: they travel row-major and
+                   // land through a strided copy
+  };
+
+  std::vector<RowLayout> rowLayouts_;  // per parameter; set before the pack
   layout::PackLayout layout_;
   std::shared_ptr<CollectiveBackend> backend_;
   at::Tensor send_;  // this rank's slot of recv_; undefined when the payload rides in its envelope
@@ -321,7 +385,14 @@ fingerprint::Identity gatherIdentity(const UnshardRequest& request, const char* 
   fingerprint::LayoutHash hash;
   hash.add(layout);
   for (size_t i = 0; i < request.shards.size(); ++i) {
-    hash.add(request.fullRows[i]).add(rowBytesAs(request.shards[i], request.dtypes[i])).add(dtypeName(request.dtypes[i]));
+    const at::Tensor& shard = request.shards[i];
+    hash.add(request.fullRows[i]).add(rowBytesAs(shard, request.dtypes[i])).add(dtypeName(request.dtypes[i]));
+    // A kept layout changes the order in which a row's bytes travel on the CPU path: ranks whose
+    // shards are laid out differently must not read each other's rows as their own.
+    if (!hasRowMajorStrides(shard.sizes().data(), shard.strides().data(), shard.dim())) {
+      hash.add("strides");
+      for (int64_t stride : shard.strides()) hash.add(stride);
+    }
   }
   id.layoutHash = hash.value();
   id.dtypes = joinedDtypeNames(request.dtypes);
@@ -349,6 +420,38 @@ c10::DimVector fullSizes(const at::Tensor& shard, int64_t fullRows) {
   c10::DimVector sizes(shard.sizes());
   sizes[0] = fullRows;
   return sizes;
+}
+
+namespace {
+
+// Whether `strides` lay out `sizes` densely: every element at its own offset, none skipped.
+bool isDenseLayout(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
+  c10::DimVector dims;
+  for (size_t d = 0; d < sizes.size(); ++d) {
+    if (sizes[d] == 0) return false;
+    if (sizes[d] != 1) dims.push_back(static_cast<int64_t>(d));
+  }
+  std::sort(dims.begin(), dims.end(), [&](int64_t a, int64_t b) { return strides[a] < strides[b]; });
+  int64_t expected = 1;
+  for (int64_t d : dims) {
+    if (strides[d] != expected) return false;
+    expected *= sizes[d];
+  }
+  return true;
+}
+
+}  // namespace
+
+c10::DimVector fullStridesOf(const at::Tensor& shard, int64_t fullRows) {
+  const int64_t dims = shard.dim();
+  if (dims < 2 || shard.size(0) == 0 || hasRowMajorStrides(shard.sizes().data(), shard.strides().data(), dims) ||
+      !shard.is_non_overlapping_and_dense()) {
+    return {};
+  }
+  c10::DimVector strides(dims);
+  stridesForRows(shard.sizes().data(), shard.strides().data(), dims, shard.size(0), fullRows, strides.data());
+  if (!isDenseLayout(fullSizes(shard, fullRows), strides)) return {};
+  return strides;
 }
 
 CollectiveSpec gatherSpec(const std::string& context, size_t numParams, int64_t bytesPerRank) {

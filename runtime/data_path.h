@@ -147,6 +147,13 @@ int64_t rowBytesAs(const at::Tensor& t, at::ScalarType dtype);
 /// `shard`'s sizes with dim 0 set to `fullRows`.
 c10::DimVector fullSizes(const at::Tensor& shard, int64_t fullRows);
 
+/// The strides of the full tensor gathered from `shard` when it keeps the shard's memory layout
+/// (format.h, "memory layout of a shard": a channels_last shard gives a channels_last parameter);
+/// empty when the full tensor is contiguous (a contiguous shard, or one whose layout does not
+/// scale to a dense one of `fullRows` rows). The CPU paths gather into it; the CUDA path
+/// gathers contiguous (docs/runtime.md, "Not supported yet").
+c10::DimVector fullStridesOf(const at::Tensor& shard, int64_t fullRows);
+
 }  // namespace detail
 }  // namespace runtime
 }  // namespace fsdp_opt

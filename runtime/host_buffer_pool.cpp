@@ -182,13 +182,19 @@ void giveBack(void* data) { pool().give(data); }
 }  // namespace
 
 at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, at::ScalarType dtype) {
+  return pooledEmptyCpu(sizes, c10::IntArrayRef(), dtype);
+}
+
+at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype) {
   int64_t numel = 1;
   for (int64_t s : sizes) numel *= s;
   const auto options = at::TensorOptions().dtype(dtype).device(at::kCPU);
   const size_t bytes = static_cast<size_t>(numel) * c10::elementSize(dtype);
-  if (bytes == 0) return at::empty(sizes, options);
+  if (bytes == 0) return strides.empty() ? at::empty(sizes, options) : at::empty_strided(sizes, strides, options);
   void* data = pool().take(bytes);
-  return at::for_blob(data, sizes).context(data, &giveBack).options(options).make_tensor();
+  auto blob = at::for_blob(data, sizes);
+  if (!strides.empty()) blob.strides(strides);
+  return blob.context(data, &giveBack).options(options).make_tensor();
 }
 
 HostBufferPoolStats hostBufferPoolStats() { return pool().stats(); }

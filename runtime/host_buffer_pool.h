@@ -33,6 +33,9 @@ namespace detail {
 /// An uninitialised contiguous CPU tensor whose storage comes from the pool and goes back to it
 /// when the last reference to the storage dies (from any thread).
 at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, at::ScalarType dtype);
+/// The same with `strides`, a dense layout of `sizes` (a permutation of the contiguous one, as a
+/// channels_last tensor's); empty strides: contiguous.
+at::Tensor pooledEmptyCpu(c10::IntArrayRef sizes, c10::IntArrayRef strides, at::ScalarType dtype);
 
 struct HostBufferPoolStats {
   int64_t cachedBytes = 0;     // bytes of freed buffers held for reuse

@@ -273,6 +273,7 @@ void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector
   const auto* in = static_cast<const char*>(gathered);
   for (size_t i = 0; i < layout.numParams(); ++i) {
     auto* out = static_cast<char*>(fulls[i]);
+    if (out == nullptr) continue;
     for (int64_t r = 0; r < layout.world(); ++r) {
       if (r == skipRank) continue;
       const Segment s = layout.unpackSegment(i, r);
@@ -292,7 +293,7 @@ void unpackRankCpu(const PackLayout& layout, int64_t rank, const std::vector<con
   }
   for (size_t i = 0; i < layout.numParams(); ++i) {
     const Segment s = layout.unpackSegment(i, rank);
-    if (s.bytes > 0) {
+    if (s.bytes > 0 && fulls[i] != nullptr) {
       std::memcpy(static_cast<char*>(fulls[i]) + s.dstOffset, shards[i], static_cast<size_t>(s.bytes));
     }
   }

@@ -162,7 +162,8 @@ void packCpu(const PackLayout& layout, const std::vector<const void*>& shards, v
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls);
 /// The same from W packed chunks `chunkStride` >= packedBytes() bytes apart (rank r's at
 /// gathered + r * chunkStride): packed payloads that travelled inside larger envelopes. With
-/// `skipRank` in [0, W), that rank's rows are left as they are (unpackRankCpu wrote them).
+/// `skipRank` in [0, W), that rank's rows are left as they are (unpackRankCpu wrote them). Here
+/// and in unpackRankCpu a null output is skipped: its caller places that parameter's rows itself.
 void unpackCpu(const PackLayout& layout, const void* gathered, const std::vector<void*>& fulls,
                int64_t chunkStride, int64_t skipRank = -1);
 /// Rank `rank`'s rows of every full parameter from its own shards (shards[i] as for packCpu),

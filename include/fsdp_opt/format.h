@@ -30,6 +30,41 @@ inline int64_t shardValidRows(int64_t rows, int64_t shards, int64_t shard) {
   return std::min(shardRows(rows, shards), rows - shardRowBegin(rows, shards, shard));
 }
 
+// ---- memory layout of a shard -----------------------------------------------------------------
+// A shard keeps the order its parameter's dims have in memory, and the gathered parameter gets
+// the original's strides back from it: kernels choose their path by the layout of their operands
+// (a channels_last convolution weight, a transposed matmul operand), and a different path rounds
+// differently (SPEC section 8). A parameter with row-major strides has a row-major shard, as
+// before. For another dense one (strides S, N rows), the shard of c rows has the strides S with
+// every stride of a dim of more than one element that spans dim 0's rows (a multiple of N * S[0]:
+// the dims outside dim 0 in memory) rescaled from N to c rows; the runtime applies the same rule
+// from c back to N. Size-1 dims keep their strides as they are (channels_last gives a 1x1 kernel's
+// dims strides of their own, which kernels read). The writer uses the rule only where the two
+// directions give S back exactly, and otherwise writes a row-major shard (the parameter is then
+// gathered row-major: exact values, not the layout).
+
+/// Whether `strides` are the row-major strides of `sizes` exactly, size-1 dims included (what
+/// at::empty gives; is_contiguous() ignores size-1 dims).
+inline bool hasRowMajorStrides(const int64_t* sizes, const int64_t* strides, int64_t count) {
+  int64_t expected = 1;
+  for (int64_t d = count - 1; d >= 0; --d) {
+    if (strides[d] != expected) return false;
+    expected *= std::max<int64_t>(sizes[d], 1);
+  }
+  return true;
+}
+
+/// `strides` of a dense tensor of `sizes` (`count` dims, `fromRows` in dim 0) for the same layout
+/// with `toRows` rows in dim 0.
+inline void stridesForRows(const int64_t* sizes, const int64_t* strides, int64_t count, int64_t fromRows,
+                           int64_t toRows, int64_t* out) {
+  const int64_t span = count > 0 ? fromRows * strides[0] : 0;
+  for (int64_t d = 0; d < count; ++d) {
+    const bool outsideRows = d > 0 && sizes[d] != 1 && span > 0 && strides[d] >= span && strides[d] % span == 0;
+    out[d] = outsideRows ? strides[d] / fromRows * toRows : strides[d];
+  }
+}
+
 // ---- files (SPEC section 6) -------------------------------------------------------------------
 
 /// DIR/manifest.json: what a set of rank files was made from and what it holds.

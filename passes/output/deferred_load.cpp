@@ -184,13 +184,13 @@ at::Tensor ParameterBytes::rowsInPlace(const at::Tensor& tensor, int64_t begin, 
   const Record* record = recordOf(tensor);
   if (!record || mapping_->base == MAP_FAILED) return {};
   at::Tensor rows = tensor.narrow(0, begin, count);
-  if (rows.numel() == 0 || !rows.is_contiguous()) return {};
+  if (rows.numel() == 0 || !rows.is_non_overlapping_and_dense()) return {};
   const Span span = spanOf(*record, rows);
   if (span.fileOffset + rows.nbytes() > mapping_->size) return {};
   char* data = static_cast<char*>(mapping_->base) + span.fileOffset;
   std::shared_ptr<Mapping> keepMapped = mapping_;
   return at::from_blob(
-      data, rows.sizes(), [keepMapped](void*) {}, tensor.options().requires_grad(false));
+      data, rows.sizes(), rows.strides(), [keepMapped](void*) {}, tensor.options().requires_grad(false));
 }
 
 void ParameterBytes::releasePages() const {
@@ -215,9 +215,13 @@ void ParameterBytes::copyRows(const at::Tensor& tensor, int64_t begin, int64_t c
     out.copy_(rows);
     return;
   }
-  TORCH_INTERNAL_ASSERT(out.is_contiguous() && out.sizes() == rows.sizes() && out.dtype() == rows.dtype());
+  TORCH_INTERNAL_ASSERT(out.sizes() == rows.sizes() && out.dtype() == rows.dtype());
   const Span span = spanOf(*record, rows);
-  if (rows.is_contiguous()) {
+  // Rows laid out in memory as `out` is (both contiguous, or a channels_last shard of a
+  // channels_last parameter) are one run of bytes, read straight into it.
+  const bool sameLayout = rows.is_contiguous() ? out.is_contiguous()
+                                               : rows.is_non_overlapping_and_dense() && rows.strides().equals(out.strides());
+  if (sameLayout) {
     readAt(span.fileOffset, out.data_ptr(), out.nbytes());
     return;
   }

@@ -353,6 +353,27 @@ void saveReusingCode(const torch::jit::Module& module, const std::string& codeSo
       codeSource, path, nullptr);
 }
 
+namespace {
+
+// The strides of `full`'s shards of `rows` rows when they keep its layout (format.h, "memory
+// layout of a shard"); empty when the shards are contiguous.
+std::vector<int64_t> layoutKeepingStrides(const at::Tensor& full, int64_t rows) {
+  const int64_t dims = full.dim();
+  if (dims < 2 || full.size(0) == 0 || hasRowMajorStrides(full.sizes().data(), full.strides().data(), dims) ||
+      !full.is_non_overlapping_and_dense()) {
+    return {};
+  }
+  std::vector<int64_t> strides(dims), back(dims);
+  std::vector<int64_t> shardSizes = full.sizes().vec();
+  shardSizes[0] = rows;
+  stridesForRows(full.sizes().data(), full.strides().data(), dims, full.size(0), rows, strides.data());
+  stridesForRows(shardSizes.data(), strides.data(), dims, rows, full.size(0), back.data());
+  if (!std::equal(back.begin(), back.end(), full.strides().begin())) return {};
+  return strides;
+}
+
+}  // namespace
+
 at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, const ParameterBytes* bytes) {
   at::NoGradGuard noGrad;
   const int64_t rows = full.size(0);
@@ -361,13 +382,24 @@ at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize, co
   shape[0] = chunk;
   const int64_t begin = shardRowBegin(rows, worldSize, rank);
   const int64_t count = shardValidRows(rows, worldSize, rank);
+  const std::vector<int64_t> strides = layoutKeepingStrides(full, chunk);
   if (bytes && count == chunk) {
-    if (at::Tensor inPlace = bytes->rowsInPlace(full, begin, count); inPlace.defined()) {
+    at::Tensor inPlace = bytes->rowsInPlace(full, begin, count);
+    const bool sameLayout =
+        inPlace.defined() &&
+        (strides.empty() ? hasRowMajorStrides(inPlace.sizes().data(), inPlace.strides().data(), inPlace.dim())
+                         : inPlace.strides().equals(strides));
+    if (sameLayout) {
       inPlace.set_requires_grad(full.requires_grad());
       return inPlace;
     }
   }
-  at::Tensor shard = at::empty(shape, full.options().requires_grad(false));
+  at::Tensor shard;
+  if (!strides.empty()) {
+    shard = at::empty_strided(shape, strides, full.options().requires_grad(false));
+    if (!shard.is_non_overlapping_and_dense()) shard = at::Tensor();
+  }
+  if (!shard.defined()) shard = at::empty(shape, full.options().requires_grad(false));
   at::Tensor filled = shard.narrow(0, 0, count);
   if (count > 0) {
     if (bytes) {

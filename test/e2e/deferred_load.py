@@ -9,9 +9,8 @@
 #   - layouts a row reader can get wrong: a parameter that starts inside its storage (the
 #     archive keeps the whole storage) and a parameter whose storage a buffer shares (which must
 #     be read at load: the buffer is not sharded), W=2 and 3; and a transposed (non-contiguous)
-#     parameter, whose rows are strided in the archive: its rank files only, since a gathered
-#     parameter is contiguous and torch 2.x's matmul then rounds differently from the original's
-#     (docs/runtime.md, "Not supported yet");
+#     parameter, whose rows are strided in the archive (its shards and gathered tensors keep
+#     that layout: test/e2e/memory_format.py);
 # and a module holding a TorchScript class whose __setstate__ computes from its tensor while
 # loading is loaded whole, as the remark says, with exact results (deferred, the computed
 # tensor would come from unread bytes).
@@ -134,7 +133,7 @@ def main():
     shard_and_check(t, out_dir, "layouts", layouts_src, xs, "forward", (2, 3), ["--fsdp-unit=."])
     transposed_src = os.path.join(out_dir, "transposed.pt")
     torch.jit.script(Transposed()).save(transposed_src)
-    shard_and_check(t, out_dir, "transposed", transposed_src, None, None, (2, 3), ["--fsdp-unit=."])
+    shard_and_check(t, out_dir, "transposed", transposed_src, xs, "forward", (2, 3), ["--fsdp-unit=."])
 
     x256 = os.path.join(out_dir, "x256.in.pt")
     with fm.seeded(6):

@@ -13,6 +13,9 @@
 #           encoder layers units, vit._process_input registered;
 #   resnet  torchvision's resnet18 reached through backbone._forward_impl, the registered
 #           forward method of the backbone unit (layer* units nested in it);
+#   resnet_cl  the same after `model.to(memory_format=torch.channels_last)`, with channels_last
+#           inputs, as timm's --channels-last trains: parameters that are not contiguous, whose
+#           shards and gathered tensors keep that layout (test/e2e/memory_format.py);
 #   resnet_features  the same resnet18 split as timm splits its models: the parent calls the
 #           backbone's forward_features and forward_head, both registered;
 #   two_paths  a unit whose registered forward method `features` calls its own forward, and a
@@ -47,6 +50,7 @@ FLAGS = {
     "gpt": list(fm.GPT_UNIT_FLAGS),
     "vit": ["--fsdp-unit=.", "--fsdp-unit=vit.encoder.layers.*", "--forward-method=vit:_process_input"],
     "resnet": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*", "--forward-method=backbone:_forward_impl"],
+    "resnet_cl": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*", "--forward-method=backbone:_forward_impl"],
     "resnet_features": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*",
                         "--forward-method=backbone:forward_features", "--forward-method=backbone:forward_head"],
     "two_paths": ["--fsdp-unit=.", "--fsdp-unit=trunk", "--fsdp-unit=other", "--forward-method=trunk:features"],
@@ -73,7 +77,10 @@ def make_inputs(model_name, world, steps, per_step, seed):
                     tokens = torch.randint(0, 67, (2, 7), generator=g)
                     batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
                 else:
-                    batches.append((torch.randn(2, 3, 32, 32, generator=g), torch.randint(0, 10, (2,), generator=g)))
+                    x = torch.randn(2, 3, 32, 32, generator=g)
+                    if model_name == "resnet_cl":
+                        x = x.contiguous(memory_format=torch.channels_last)
+                    batches.append((x, torch.randint(0, 10, (2,), generator=g)))
             rank.append(batches)
         out.append(rank)
     return out
@@ -222,7 +229,10 @@ def main():
     t = h.Test("train_exact %s W=%s%s %s %s" % (a.model, a.worlds, hsdp, a.optim, a.mode))
     orig = os.path.join(a.out, "%s.pt" % a.model)
     if not os.path.exists(orig):
-        fm.save(fm.make(a.model), orig)
+        if a.model == "resnet_cl":
+            fm.save(fm.make("resnet").to(memory_format=torch.channels_last), orig)
+        else:
+            fm.save(fm.make(a.model), orig)
     per_step = 2 if a.mode == "accumulate" else 1
     for w in [int(x) for x in a.worlds.split(",")]:
         group = a.shard_group_size or w

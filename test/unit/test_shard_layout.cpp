@@ -1,6 +1,8 @@
 // Unit tests of the sharding / packing layout math (runtime/shard_layout.h, SPEC section 2).
 #include "../../runtime/shard_layout.h"
 
+#include <fsdp_opt/format.h>
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -364,4 +366,63 @@ TEST(ParamMajorLayout, CpuGatherChecksItsArguments) {
   EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}}, {buf.data()}), std::invalid_argument);
   EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}, {}}, {buf.data()}), std::invalid_argument);
   EXPECT_THROW(allGatherParamMajorCpu(l, {{a.data()}, {a.data()}}, {}), std::invalid_argument);
+}
+
+TEST(PackLayout, UnpackSkipsNullOutputs) {
+  // A parameter whose rows the caller places itself (a strided full tensor) gets no bytes here.
+  const PackLayout l({{4, 2}, {3, 4}}, 2);
+  std::vector<uint8_t> gathered(static_cast<size_t>(l.gatheredBytes()));
+  std::iota(gathered.begin(), gathered.end(), 1);
+  std::vector<uint8_t> second(static_cast<size_t>(l.fullBytes(1)), 0);
+  unpackCpu(l, gathered.data(), {nullptr, second.data()});
+  EXPECT_NE(second, std::vector<uint8_t>(second.size(), 0));
+  std::vector<uint8_t> own(static_cast<size_t>(l.fullBytes(1)), 0);
+  unpackRankCpu(l, 0, {gathered.data(), gathered.data() + l.offset(1)}, {nullptr, own.data()});
+  EXPECT_TRUE(std::equal(own.begin(), own.begin() + 8, gathered.begin() + l.offset(1)));
+}
+
+// format.h, "memory layout of a shard".
+namespace {
+
+std::vector<int64_t> forRows(const std::vector<int64_t>& sizes, const std::vector<int64_t>& strides,
+                             int64_t toRows) {
+  std::vector<int64_t> out(strides.size());
+  fsdp_opt::stridesForRows(sizes.data(), strides.data(), static_cast<int64_t>(strides.size()), sizes[0], toRows,
+                           out.data());
+  return out;
+}
+
+}  // namespace
+
+TEST(ShardMemoryLayout, RowMajorStridesIncludeSize1Dims) {
+  using fsdp_opt::hasRowMajorStrides;
+  const std::vector<int64_t> sizes = {2, 3, 4}, rowMajor = {12, 4, 1};
+  EXPECT_TRUE(hasRowMajorStrides(sizes.data(), rowMajor.data(), 3));
+  // A 1x1 kernel in channels_last: contiguous to is_contiguous(), not row-major.
+  const std::vector<int64_t> kernel = {8, 4, 1, 1}, channelsLast = {4, 1, 4, 4}, contiguous = {4, 1, 1, 1};
+  EXPECT_FALSE(hasRowMajorStrides(kernel.data(), channelsLast.data(), 4));
+  EXPECT_TRUE(hasRowMajorStrides(kernel.data(), contiguous.data(), 4));
+  const std::vector<int64_t> empty = {0, 3}, emptyStrides = {3, 1};
+  EXPECT_TRUE(hasRowMajorStrides(empty.data(), emptyStrides.data(), 2));
+}
+
+TEST(ShardMemoryLayout, ChannelsLastRowsAreUnchanged) {
+  // conv weight [64, 3, 7, 7] in channels_last: dim 0 is outermost, no stride spans its rows.
+  const std::vector<int64_t> sizes = {64, 3, 7, 7}, strides = {147, 1, 21, 3};
+  EXPECT_EQ(forRows(sizes, strides, 22), strides);
+  // A depthwise [4, 1, 3, 3] and a 1x1 [8, 4, 1, 1] kernel keep their size-1 dims' strides.
+  EXPECT_EQ(forRows({4, 1, 3, 3}, {9, 1, 3, 1}, 2), (std::vector<int64_t>{9, 1, 3, 1}));
+  EXPECT_EQ(forRows({8, 4, 1, 1}, {4, 1, 4, 4}, 1), (std::vector<int64_t>{4, 1, 4, 4}));
+}
+
+TEST(ShardMemoryLayout, StridesSpanningRowsScaleBothWays) {
+  // A transposed [301, 96] weight (strides (1, 301)): its shard of 151 rows has strides (1, 151).
+  EXPECT_EQ(forRows({301, 96}, {1, 301}, 151), (std::vector<int64_t>{1, 151}));
+  EXPECT_EQ(forRows({151, 96}, {1, 151}, 301), (std::vector<int64_t>{1, 301}));
+  // [4, 5, 6] laid out dim 1, dim 0, dim 2 (outer to inner): dim 1 spans the rows.
+  EXPECT_EQ(forRows({4, 5, 6}, {6, 24, 1}, 2), (std::vector<int64_t>{6, 12, 1}));
+  EXPECT_EQ(forRows({2, 5, 6}, {6, 12, 1}, 4), (std::vector<int64_t>{6, 24, 1}));
+  // One row per shard (more ranks than rows) and back.
+  EXPECT_EQ(forRows({3, 5}, {1, 3}, 1), (std::vector<int64_t>{1, 1}));
+  EXPECT_EQ(forRows({1, 5}, {1, 1}, 3), (std::vector<int64_t>{1, 3}));
 }

@@ -33,12 +33,13 @@ class ParameterBytes {
   ParameterBytes(const ParameterBytes&) = delete;
   ParameterBytes& operator=(const ParameterBytes&) = delete;
 
-  // Rows [begin, begin + count) of a deferred `tensor` along dim 0 when they are one contiguous
-  // run of bytes: a read-only tensor over the archive's pages, no copy (the saver reads them
-  // straight from the page cache). Undefined otherwise.
+  // Rows [begin, begin + count) of a deferred `tensor` along dim 0 when they are one run of
+  // bytes (dense: contiguous, or channels_last): a read-only tensor over the archive's pages with
+  // the rows' strides, no copy (the saver reads them straight from the page cache). Undefined
+  // otherwise.
   at::Tensor rowsInPlace(const at::Tensor& tensor, int64_t begin, int64_t count) const;
-  // Copies rows [begin, begin + count) of `tensor` along dim 0 into `out` (contiguous, of the
-  // rows' shape); a deferred tensor's rows are read from the archive, only the bytes they span.
+  // Copies rows [begin, begin + count) of `tensor` along dim 0 into `out` (of the rows' shape,
+  // any strides); a deferred tensor's rows are read from the archive, only the bytes they span.
   void copyRows(const at::Tensor& tensor, int64_t begin, int64_t count, at::Tensor& out) const;
   // Drops the archive's pages from this process (they stay in the page cache): called once the
   // rank files are written.

@@ -31,7 +31,8 @@ std::string buildManifest(const torch::jit::Module& module, const FsdpPlan& plan
 
 class ParameterBytes;  // deferred_load.h
 
-// Rank r's shard of a parameter: rows [r*c, min((r+1)*c, N)) zero-padded to c = ceil(N/W) rows.
+// Rank r's shard of a parameter: rows [r*c, min((r+1)*c, N)) zero-padded to c = ceil(N/W) rows,
+// in the parameter's memory layout (format.h: a channels_last weight has a channels_last shard).
 // With `bytes`, a parameter loaded unread has its rows read from the archive.
 at::Tensor makeShard(const at::Tensor& full, int64_t rank, int64_t worldSize,
                      const ParameterBytes* bytes = nullptr);
