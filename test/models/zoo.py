@@ -312,6 +312,44 @@ TIMM = [
 ]
 
 
+# The convnets again as timm's --channels-last runs them: `model.to(memory_format=
+# torch.channels_last)` and channels_last inputs, so that their convolution weights are not
+# row-major (docs/runtime.md, "Gathered layouts"); then `forward` once more on the same images
+# contiguous, as a caller that does not convert its inputs passes them: the convolutions' path
+# then follows their weights' layout alone. (model, CI legs.)
+TIMM_CHANNELS_LAST = [
+    ("convnext_atto", ()),
+    ("efficientnet_b0", ()),
+    ("mobilenetv3_small_050", ("torch2",)),
+    ("regnetx_002", ()),
+    ("resnet18", ()),
+    ("densenet121", ()),
+]
+
+
+def channels_last_images(batch, size):
+    """The images in channels_last, and the same contiguous."""
+    def make(gen):
+        import torch
+        x = torch.randn(batch, 3, size, size, generator=gen)
+        return (x.contiguous(memory_format=torch.channels_last), x)
+    return make
+
+
+TIMM_CHANNELS_LAST_CALLS = TIMM_CALLS + [Call("forward", [Input(1)], label="forward(contiguous input)")]
+
+
+def timm_channels_last_entry(model_name, ci):
+    import_name, family, _, blocks, _, _ = next(t for t in TIMM if t[0] == model_name)
+    make_plain = timm_make(import_name)
+
+    def make():
+        import torch
+        return make_plain().to(memory_format=torch.channels_last)
+    return Entry("timm/%s (channels_last)" % model_name, "timm", family, make, channels_last_images(2, 64),
+                 "2x3x64x64, channels_last (and contiguous)", TIMM_CHANNELS_LAST_CALLS, unit_types(*blocks), ci=ci)
+
+
 def timm_entry(model_name, family, img_size, blocks, ci, expect_fail):
     kwargs = {"img_size": img_size} if img_size else {}
     size = img_size or 64
@@ -400,6 +438,7 @@ def hf_generate_entry(name, family, model_cls, config_cls, config, block, inputs
 def registry():
     entries = [tv_entry(n) for n in TV_MODELS]
     entries += [timm_entry(*t) for t in TIMM]
+    entries += [timm_channels_last_entry(*t) for t in TIMM_CHANNELS_LAST]
     for t in HF:
         entries.append(hf_entry(*t))
         if t[0] in HF_GENERATE:
