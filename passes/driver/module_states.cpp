@@ -1,6 +1,7 @@
 // The ranks' module states before in-process sharding. See module_states.h.
 #include "module_states.h"
 
+#include <fsdp_opt/format.h>
 #include <fsdp_opt/runtime/runtime.h>
 
 #include <ATen/ATen.h>
@@ -182,6 +183,12 @@ StateReplacements agreeOnModuleStates(const torch::jit::Module& module, int64_t 
     at::Tensor value = at::empty(sources[k].sizes(), sources[k].options());
     if (value.nbytes() > 0) std::memcpy(value.data_ptr(), bytes.data() + offset, value.nbytes());
     offset += static_cast<int64_t>(value.nbytes());
+    // The bytes travel row-major; a tensor laid out otherwise (channels_last) gets its layout
+    // back, which its shards and kernels keep (format.h, "memory layout of a shard").
+    if (!hasRowMajorStrides(s.tensor.sizes().data(), s.tensor.strides().data(), s.tensor.dim()) &&
+        s.tensor.is_non_overlapping_and_dense()) {
+      value = at::empty_strided(s.tensor.sizes(), s.tensor.strides(), value.options()).copy_(value);
+    }
     value = value.to(s.tensor.device());
     value.set_requires_grad(s.tensor.requires_grad());
     replacements.emplace(s.tensor.unsafeGetTensorImpl(), value);

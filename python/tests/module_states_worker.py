@@ -1,7 +1,8 @@
 """One rank of test_module_states.py, started by torchrun: each rank builds the test GPT from
 its OWN seed (RANK), as a program that forgot a common seed would, and shards it in-process.
 First without sync_module_states (must fail, naming the first differing parameter), then with
-it (must hold rank 0's model, bit for bit). Writes OUT_DIR/rank{RANK}.json.
+it (must hold rank 0's model, bit for bit); and a channels_last convnet synced the same way.
+Writes OUT_DIR/rank{RANK}.json.
 
 usage: torchrun --nproc_per_node=2 module_states_worker.py OUT_DIR
 """
@@ -27,6 +28,25 @@ def marked_gpt(seed):
     for block in model.blocks:
         fsdp_opt.mark_unit(block)
     fsdp_opt.register_fsdp_forward_method(model, "generate")
+    return torch.jit.script(model)
+
+
+class ConvNet(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3)
+        self.pointwise = torch.nn.Conv2d(8, 8, 1)
+
+    def forward(self, x):
+        return self.pointwise(torch.relu(self.conv(x)))
+
+
+def marked_channels_last_convnet(seed):
+    """A convnet after model.to(memory_format=torch.channels_last): weights that are not row-major
+    (the 1x1 kernel's only in its size-1 dims)."""
+    torch.manual_seed(seed)
+    model = ConvNet().to(memory_format=torch.channels_last)
+    fsdp_opt.mark_unit(model)
     return torch.jit.script(model)
 
 
@@ -56,6 +76,15 @@ def main(out_dir: str) -> None:
                                      world_size=world, rank=rank, sync_module_states=True)
     plain0 = torch.jit.script(fm.make("gpt", seed=0))
     result["replicated"] = same_bits(blocks_only(x), plain0(x)) and same_bits(blocks_only.wte.weight, plain0.wte.weight)
+    # Rank 0's values broadcast into tensors laid out as the originals: both ranks' shards keep
+    # channels_last (else their gathers' layouts differ) and compute as the original does.
+    convnet = fsdp_opt.transform(marked_channels_last_convnet(seed=rank), world_size=world, rank=rank,
+                                 sync_module_states=True)
+    convnet0 = marked_channels_last_convnet(seed=0)
+    images = torch.randn(2, 3, 9, 9, generator=torch.Generator().manual_seed(5))
+    result["channels_last"] = (same_bits(convnet(images), convnet0(images))
+                               and convnet.conv.weight.is_contiguous(memory_format=torch.channels_last)
+                               and convnet.pointwise.weight.stride() == convnet0.pointwise.weight.stride())
     with open(os.path.join(out_dir, "rank%d.json" % rank), "w") as f:
         json.dump(result, f)
 

@@ -2,7 +2,7 @@
 build the test GPT from different seeds and shard it in-process. Without sync_module_states
 every rank fails with one error naming the first differing parameter; with it every rank holds
 rank 0's model, bit for bit (units' shards and replicated parameters alike), and the input
-module is left as it was."""
+module is left as it was. A channels_last convnet synced the same way keeps its layout."""
 
 import json
 
@@ -27,6 +27,7 @@ def test_different_seeds_fail_or_sync_from_rank_0(fsdp_opt, fm, tmp_path, monkey
         assert result["forward"] and result["generate"], result
         assert result["replicated"], result
         assert result["input_untouched"] and result["tied"], result
+        assert result["channels_last"], result
     # The same error on both ranks, naming a parameter and both ranks, and the way out.
     assert errors[0] == errors[1], errors
     text = errors[0]
