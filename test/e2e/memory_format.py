@@ -15,7 +15,9 @@
 # shard's strides (1, c)); on every rank, inside `fsdp_opt.unsharded` every gathered parameter has
 # exactly the original's strides, and every output is bitwise the original's at the ranks'
 # thread count, with the original's strides; fsdp-run --check agrees; and the same over the
-# shared-memory transport. On torch 2.x a DCP checkpoint of the W=2 resnet's rank files
+# shared-memory transport. With --param-dtype=bfloat16 (W=2, Gloo), a channels_last convnet and
+# the transposed weight against the originals with their parameters cast, the same way. On
+# torch 2.x a DCP checkpoint of the W=2 resnet's rank files
 # (fsdp_opt.sharded_state_dict) loads into zeroed W=3 rank files: their shards stay
 # channels_last and their outputs are the original's, bit for bit.
 #
@@ -33,6 +35,19 @@ import fsdp_harness as h
 import fsdp_models as fm
 
 WORLDS = (2, 3)
+
+
+class Convs(nn.Module):
+    """Convolutions without batch norm, whose statistics --param-dtype would leave in float32."""
+
+    def __init__(self):
+        super().__init__()
+        with fm.seeded(4):
+            self.conv = nn.Conv2d(3, 16, 3)
+            self.pointwise = nn.Conv2d(16, 8, 1)
+
+    def forward(self, x):
+        return self.pointwise(torch.relu(self.conv(x)))
 
 
 class Transposed(nn.Module):
@@ -89,32 +104,43 @@ def dcp_rank_main(ctx):
 
 # ---- driver -----------------------------------------------------------------------------------
 
-def check_model(t, out_dir, name, model, inputs, flags, kept):
+def check_model(t, out_dir, name, model, inputs, flags, kept, param_dtype=None):
     """`kept(param, shard_strides, shard_rows)`: whether a shard with those strides keeps the
-    layout of `param`, one of the original's parameters that are not contiguous."""
+    layout of `param`, one of the original's parameters that are not contiguous. With
+    `param_dtype` (a torch dtype): rank files made with --param-dtype, called on inputs in that
+    dtype, against the original with its parameters cast (`Tensor.to` keeps their strides); W=2
+    over Gloo only."""
     torch.set_num_threads(1)
     src = os.path.join(out_dir, name + ".pt")
-    torch.jit.script(model).save(src)
-    in_path = os.path.join(out_dir, name + ".in.pt")
+    if not os.path.exists(src):
+        torch.jit.script(model).save(src)
+    tag = name + ("." + str(param_dtype).replace("torch.", "") if param_dtype else "")
+    if param_dtype:
+        inputs = [x.to(param_dtype) for x in inputs]
+        flags = list(flags) + ["--param-dtype=" + str(param_dtype).replace("torch.", "")]
+    in_path = os.path.join(out_dir, tag + ".in.pt")
     torch.save(inputs, in_path)
     original = torch.jit.load(src)
+    if param_dtype:
+        for p in original.parameters():
+            p.data = p.data.to(param_dtype)
     with torch.no_grad():
         want = [original(x) for x in inputs]
     params = dict(original.named_parameters())
     strides = {n: tuple(p.stride()) for n, p in params.items()}
     permuted = sorted(n for n, p in original.named_parameters() if not p.is_contiguous())
-    t.check(permuted, "%s: the original has parameters that are not contiguous (%d)" % (name, len(permuted)))
+    t.check(permuted, "%s: the original has parameters that are not contiguous (%d)" % (tag, len(permuted)))
 
-    for w in WORLDS:
-        out = os.path.join(out_dir, "%s.w%d" % (name, w))
+    for w in (2,) if param_dtype else WORLDS:
+        out = os.path.join(out_dir, "%s.w%d" % (tag, w))
         r = h.fsdp_opt(src, "--world-size=%d" % w, *flags, "-o", out)
-        if not t.check(r.returncode == 0, "%s W=%d: fsdp-opt" % (name, w), r.describe()):
+        if not t.check(r.returncode == 0, "%s W=%d: fsdp-opt" % (tag, w), r.describe()):
             continue
-        h.check_rank_files(t, out, src, w, "%s W=%d" % (name, w))
+        h.check_rank_files(t, out, src, w, "%s W=%d" % (tag, w))
 
-        for transport in ("gloo", "shm"):
+        for transport in ("gloo",) if param_dtype else ("gloo", "shm"):
             env = dict(os.environ, FSDP_OPT_CPU_TRANSPORT=transport)
-            label = "%s W=%d %s" % (name, w, transport)
+            label = "%s W=%d %s" % (tag, w, transport)
             results = h.run_ranks(w, rank_main, {"dir": out, "inputs": in_path}, timeout=240, env=env)
             if not t.check(all(x.ok for x in results), "%s: every rank ran" % label, h.describe_ranks(results)):
                 continue
@@ -137,8 +163,9 @@ def check_model(t, out_dir, name, model, inputs, flags, kept):
                     % (label, len(strides)), "; ".join(bad_gathered[:4]))
             t.check(not bad_outs, "%s: %d outputs bitwise the original's, with its strides, on every rank"
                     % (label, len(want)), "; ".join(bad_outs[:4]))
-        rr = h.fsdp_run(out, inputs=os.path.join(out_dir, name + ".in0.pt"), check=src)
-        h.check_fsdp_run_exact(t, rr, "%s W=%d fsdp-run --check" % (name, w), w, src)
+        if not param_dtype:
+            rr = h.fsdp_run(out, inputs=os.path.join(out_dir, name + ".in0.pt"), check=src)
+            h.check_fsdp_run_exact(t, rr, "%s W=%d fsdp-run --check" % (name, w), w, src)
 
 
 def dcp_round_trip(t, out_dir, name, kept):
@@ -200,11 +227,20 @@ def main():
     with fm.seeded(2):
         xt = torch.randn(4, 96)
     torch.save((xt,), os.path.join(out_dir, "transposed.in0.pt"))
-    check_model(t, out_dir, "transposed", transposed, [xt], ["--fsdp-unit=."],
-                lambda param, s, rows: s == (1, rows))
+    transposed_kept = lambda param, s, rows: s == (1, rows)  # noqa: E731
+    check_model(t, out_dir, "transposed", transposed, [xt], ["--fsdp-unit=."], transposed_kept)
+
+    # Mixed precision: shards cast into their own layout (channels_last), or cast row-major and
+    # copied into place strided (transposed).
+    convs = Convs().eval().to(memory_format=torch.channels_last)
+    check_model(t, out_dir, "convs_cl", convs, [x.contiguous(memory_format=torch.channels_last), x],
+                ["--fsdp-unit=."], channels_last, param_dtype=torch.bfloat16)
+    check_model(t, out_dir, "transposed", transposed, [xt], ["--fsdp-unit=."], transposed_kept,
+                param_dtype=torch.bfloat16)
 
     return t.finish("non-contiguous parameters (channels_last resnet18, a transposed weight) keep their layout "
-                    "when sharded and gathered, and the outputs are exact, W=2 and 3, Gloo and shm")
+                    "when sharded and gathered, and the outputs are exact, W=2 and 3, Gloo and shm, and "
+                    "with --param-dtype=bfloat16")
 
 
 if __name__ == "__main__":
