@@ -12,7 +12,8 @@
 # steady state, a peer dying mid-start, fsdp::rank_any on ranks whose data differ), fsdp-run's
 # launcher (bitwise checks, a rank that raises, wrong files, bad input), the shared-memory CPU
 # transport (its exactness checks, and the ops, training and HSDP suites over it), and fsdp-opt's passes
-# and shard writer on the GPT, a ResNet and a ViT run bitwise on 2 ranks, plus the lit tests of
+# and shard writer on the GPT, a ResNet and a ViT run bitwise on 2 ranks, parameters that keep a
+# layout other than row-major (channels_last, transposed: their strided copies), plus the lit tests of
 # the passes that move, bucket and guard gathers (hoist, prefetch, reshard-on-raise,
 # rank-uniform-control-flow) and --stats.
 #
@@ -104,7 +105,7 @@ echo "sanitize.sh: unit tests took $((SECONDS - start)) s"
 echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
 # lit matches --filter against a test's full name, "fsdp-opt :: e2e/gpt_exact.py" or
 # "fsdp-opt :: stats.py": the top-level tests are anchored on ":: ", not on a slash.
-selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats)\.py$'}
+selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport|memory_format)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats)\.py$'}
 start=$SECONDS
 log=$build_dir/sanitize-lit.log
 LD_PRELOAD="$libasan $libstdcxx" FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-120} \
