@@ -425,6 +425,8 @@ c10::DimVector fullSizes(const at::Tensor& shard, int64_t fullRows) {
 namespace {
 
 // Whether `strides` lay out `sizes` densely: every element at its own offset, none skipped.
+// Tensor::is_non_overlapping_and_dense() asks it of a tensor; here the tensor is not made yet, and
+// torch 1.13 has no function over bare sizes and strides (2.x's c10/core/Contiguity.h does).
 bool isDenseLayout(c10::IntArrayRef sizes, c10::IntArrayRef strides) {
   c10::DimVector dims;
   for (size_t d = 0; d < sizes.size(); ++d) {
