@@ -10,7 +10,7 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
-    for (PassInfo pass : {specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
+    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
                           rankUniformControlFlowPass(), reshardOnRaisePass(), specializeNoGradPass(), verifyFsdpPass()}) {
@@ -21,6 +21,8 @@ void registerAllPasses() {
 
 std::vector<std::string> defaultPipeline() {
   return {
+      // Before anything reads parameters: a list attribute holding them would keep them whole.
+      expandParameterListsPass().name,
       // Types first: every later pass edits graphs, which belong to types.
       specializeUnitTypesPass().name,
       // Lint on the original program, before gathers hide what eager FSDP would do.

@@ -6,6 +6,7 @@
 # CHECK-NEXT: bucket-gathers {{[^ ].+}}
 # CHECK-NEXT: check-unsharded-budget {{[^ ].+}}
 # CHECK-NEXT: eliminate-redundant-gathers {{[^ ].+}}
+# CHECK-NEXT: expand-parameter-lists {{[^ ].+}}
 # CHECK-NEXT: hoist-loop-gathers {{[^ ].+}}
 # CHECK-NEXT: inline-loop-calls {{[^ ].+}}
 # CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
@@ -24,6 +25,7 @@
 # The summaries say what each pass does.
 # RUN: fsdp-opt --list-passes | FileCheck %s --check-prefix=SUMMARY
 # SUMMARY: bucket-gathers {{.*}}collective
+# SUMMARY: expand-parameter-lists {{.*}}_flat_weights
 # SUMMARY: hoist-loop-gathers {{.*}}loop
 # SUMMARY: insert-unit-gathers {{.*}}fsdp::all_gather/fsdp::reshard
 # SUMMARY: reshard-on-raise {{.*}}release_all

@@ -6,6 +6,7 @@
 # RUN: fsdp-opt %t/in.pt --print-ir-after-all --method=forward 2>%t/all.err >%t/all.out
 # The default pipeline (passes/register_passes.cpp, docs/passes.md), in order, each pass once.
 # RUN: FileCheck %s < %t/all.err --implicit-check-not='IR after'
+# CHECK: // *** IR after expand-parameter-lists ***
 # CHECK: // *** IR after specialize-unit-types ***
 # CHECK: // *** IR after lint-sharded-reads ***
 # CHECK: // *** IR after insert-unit-gathers ***

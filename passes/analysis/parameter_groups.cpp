@@ -3,14 +3,23 @@
 // FSDP2's rule: a unit's group is every parameter below it that is not below a nested unit.
 // Tied parameters (one tensor in several slots) form ONE group entry that belongs to the nearest
 // unit holding all of its slots. 0-dim parameters are replicated and belong to no group.
+// A grouped parameter must be reachable through its parameter slots only: a tensor attribute or a
+// list holding the parameter itself (nn.LSTM's _flat_weights, unless expand-parameter-lists ran
+// first) would keep the whole tensor in every rank file, and a method reading it there would
+// compute with it instead of the gathered one and train nothing. Another tensor over the same
+// storage (a buffer registered from `weight.data`) is separate state, as under FSDP2: it stays
+// whole and is read at load (docs/design.md).
 // Assumes: findUnits has filled plan.units. Guarantees: every slot of a grouped tensor maps to
-// its unit in plan.unitOfParamPath; no tensor is in two groups.
+// its unit in plan.unitOfParamPath; no tensor is in two groups; no attribute other than a
+// parameter slot holds a grouped parameter.
 #include <fsdp_opt/passes/analysis.h>
 #include <fsdp_opt/passes/pattern.h>
 
 #include "../ir/module_tree.h"
 
+#include <functional>
 #include <map>
+#include <set>
 
 namespace fsdp_opt {
 namespace {
@@ -33,6 +42,58 @@ const Unit* nearestCommonUnit(const FsdpPlan& plan, const std::vector<ParamSlot>
     candidate = parent ? plan.enclosingUnit(*parent) : nullptr;
   }
   return nullptr;
+}
+
+// Calls `visit` for every tensor an attribute value holds, through lists, tuples, dicts and
+// objects that are not modules (modules are visited as modules).
+void forEachHeldTensor(const c10::IValue& value, const std::function<void(const at::Tensor&)>& visit) {
+  if (value.isTensor()) {
+    visit(value.toTensor());
+  } else if (value.isList()) {
+    for (const c10::IValue& element : value.toListRef()) forEachHeldTensor(element, visit);
+  } else if (value.isTuple()) {
+    for (const c10::IValue& element : value.toTupleRef().elements()) forEachHeldTensor(element, visit);
+  } else if (value.isGenericDict()) {
+    for (const auto& entry : value.toGenericDict()) {
+      forEachHeldTensor(entry.key(), visit);
+      forEachHeldTensor(entry.value(), visit);
+    }
+  } else if (value.isObject() && !value.toObjectRef().type()->is_module()) {
+    const auto& object = value.toObjectRef();
+    for (size_t i = 0; i < object.type()->numAttributes(); ++i) forEachHeldTensor(object.getSlot(i), visit);
+  }
+}
+
+// Errors for every attribute other than a parameter slot that holds a grouped parameter.
+bool groupedParametersOnlyInSlots(const ModuleIndex& index, const FsdpPlan& plan, DiagnosticSink& diagnostics) {
+  std::map<const c10::TensorImpl*, std::string> grouped;
+  for (const auto& unit : plan.units) {
+    for (const auto& param : unit.params) grouped.emplace(param.tensor.unsafeGetTensorImpl(), param.slots.front().path());
+  }
+  bool ok = true;
+  for (const auto& [path, module] : index.modules()) {
+    const auto& type = module.type();
+    for (size_t i = 0; i < type->numAttributes(); ++i) {
+      if (type->is_parameter(i)) continue;
+      const std::string attribute = path.empty() ? type->getAttributeName(i) : path + "." + type->getAttributeName(i);
+      std::set<std::string> held;
+      forEachHeldTensor(module._ivalue()->getSlot(i), [&](const at::Tensor& tensor) {
+        auto it = grouped.find(tensor.unsafeGetTensorImpl());
+        if (it != grouped.end()) held.insert(it->second);
+      });
+      for (const auto& param : held) {
+        diagnostics.error(kOrigin, std::string(type->is_buffer(i) ? "buffer" : "attribute") + " '" + attribute +
+                                       "' holds parameter '" + param +
+                                       "' outside its parameter slot; every rank file would keep it whole and "
+                                       "the methods reading it there would compute with it unsharded and train "
+                                       "nothing (a list of parameters is read as its parameters when every "
+                                       "element is one and nothing writes it: see the remarks of "
+                                       "expand-parameter-lists)");
+        ok = false;
+      }
+    }
+  }
+  return ok;
 }
 
 }  // namespace
@@ -105,7 +166,7 @@ bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diag
     }
     plan.units[unitIdx].params.push_back(std::move(param));
   }
-  return ok;
+  return groupedParametersOnlyInSlots(index, plan, diagnostics) && ok;
 }
 
 }  // namespace fsdp_opt

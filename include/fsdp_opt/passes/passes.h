@@ -9,6 +9,11 @@
 
 namespace fsdp_opt {
 
+// expand-parameter-lists: reads of a list attribute that holds parameters (nn.LSTM's
+// _flat_weights) become reads of those parameters, and the attribute is emptied.
+bool expandParameterLists(PassContext& context);
+PassInfo expandParameterListsPass();
+
 // specialize-unit-types: gives instances that need different rewrites their own class types.
 bool specializeUnitTypes(PassContext& context);
 PassInfo specializeUnitTypesPass();
