@@ -497,8 +497,11 @@ def check_rank_files(t, out_dir, original_pt, world, label):
         problems.append("manifest world_size %r != %d" % (manifest.get("world_size"), world))
     # An HSDP run (--shard-group-size=S): rank r holds shard r % S of S.
     group = manifest.get("mesh", {}).get("shard_group_size", world)
+    shard_bytes = []  # per rank
     for r in range(world):
         m = torch.jit.load(os.path.join(out_dir, "rank%d.pt" % r))
+        shard_bytes.append(sum(attr_path(m, p["path"]).numel() * attr_path(m, p["path"]).element_size()
+                               for u in manifest["units"] for p in u["params"]))
         tags = [("_fsdp_rank", r), ("_fsdp_world_size", world), ("_fsdp_manifest_sha256", sha)]
         if group != world:
             tags.append(("_fsdp_shard_group_size", group))
@@ -526,7 +529,45 @@ def check_rank_files(t, out_dir, original_pt, world, label):
                         problems.append("rank%d.pt: %s is no longer tied to %s" % (r, alias, p["path"]))
     t.check(not problems, "%s: rank files hold exactly their shards of %d unit parameters, "
             "tagged with rank/world/manifest sha" % (label, n_params), "; ".join(problems[:10]))
+    if group > 1:
+        check_no_full_copies(t, out_dir, original_pt, original, manifest, shard_bytes, label)
     return manifest
+
+
+def tensor_data_bytes(pt_path):
+    """Bytes of a TorchScript file's tensor storages: the sizes of its data/ records."""
+    import zipfile
+    with zipfile.ZipFile(pt_path) as archive:
+        return sum(i.file_size for i in archive.infolist() if "/data/" in i.filename)
+
+
+def storage_ptr(tensor):
+    storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
+    return storage.data_ptr()
+
+
+def check_no_full_copies(t, out_dir, original_pt, original, manifest, shard_bytes, label):
+    """SPEC section 6, whatever holds the tensor: each rank file's tensor data is at most the
+    original's, less the whole unit parameters, plus that rank's shards (`shard_bytes[r]`):
+    fsdp-opt adds no tensor of its own, so a whole parameter left in the file (in a list, an
+    attribute) exceeds it. check_rank_files compares the parameter slots; this catches a whole
+    copy held anywhere else (nn.LSTM's _flat_weights was one)."""
+    params = [attr_path(original, p["path"]) for u in manifest["units"] for p in u["params"]]
+    whole = sum(p.numel() * p.element_size() for p in params)
+    # A buffer over a parameter's storage (registered from `weight.data`) is not sharded: that
+    # storage stays whole (docs/design.md).
+    buffer_storages = {storage_ptr(b) for b in original.buffers()}
+    kept = sum(p.numel() * p.element_size() for p in params if storage_ptr(p) in buffer_storages)
+    base = tensor_data_bytes(original_pt) - whole + kept
+    over = []
+    for r, shards in enumerate(shard_bytes):
+        held = tensor_data_bytes(os.path.join(out_dir, "rank%d.pt" % r))
+        if held > base + shards:
+            over.append("rank%d.pt holds %d bytes of tensor data, %d more than the original's %d less its "
+                        "unit parameters' %d plus its shards' %d" % (r, held, held - base - shards,
+                                                                     base + whole - kept, whole - kept, shards))
+    t.check(not over, "%s: no rank file holds more tensor data than its shards and the original's "
+            "other tensors (%d bytes of unit parameters are not kept whole)" % (label, whole - kept), "; ".join(over))
 
 
 # ---- rank processes --------------------------------------------------------------------------

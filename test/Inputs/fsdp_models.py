@@ -349,10 +349,33 @@ class SharedType(nn.Module):
         return self.b(self.a(x))
 
 
+class RecurrentStack(nn.Module):
+    """torch.nn's recurrent layers side by side on one sequence [batch, 5, d]: a 2-layer
+    bidirectional LSTM with proj_size, a GRU and an Elman RNN, then a Linear over their
+    concatenated outputs. Scripted, each keeps its weights twice: in its parameters and in
+    `_flat_weights`, the list its forward passes to aten::lstm / gru / rnn_tanh."""
+
+    def __init__(self, d: int = 8, seed: int = 0):
+        super().__init__()
+        with seeded(seed):
+            self.lstm = nn.LSTM(d, 16, num_layers=2, bidirectional=True, proj_size=4, batch_first=True)
+            self.gru = nn.GRU(d, d, batch_first=True)
+            self.rnn = nn.RNN(d, d, batch_first=True)
+            self.head = nn.Linear(8 + d + d, 3)
+
+    def forward(self, x):
+        a, _ = self.lstm(x)
+        b, _ = self.gru(x)
+        c, _ = self.rnn(x)
+        return self.head(torch.cat([a, b, c], -1))
+
+
 # ---- registry, markers, saving -------------------------------------------------------------
 
 # The GPT's units as its users mark them: the root (embeddings, final norm, tied head) and every block.
 GPT_UNIT_FLAGS = ("--fsdp-unit=.", "--fsdp-unit=blocks.*")
+# RecurrentStack's units: the root (head) and each recurrent layer.
+RNN_UNIT_FLAGS = ("--fsdp-unit=.", "--fsdp-unit=lstm", "--fsdp-unit=gru", "--fsdp-unit=rnn")
 
 MODELS = {
     "gpt": GPT,
@@ -366,6 +389,7 @@ MODELS = {
     "zero_dim": ZeroDimParam,
     "small_dim0": SmallDim0,
     "shared_type": SharedType,
+    "rnn": RecurrentStack,
 }
 
 
@@ -382,6 +406,8 @@ def example_inputs(name: str, batch: int = 2, input_seed: int = 1, **kwargs) -> 
             return (torch.randint(0, vocab, (batch, 5)),)
         if name in ("resnet", "resnet_features", "vit", "two_paths"):
             return (torch.randn(batch, 3, 32, 32),)
+        if name == "rnn":
+            return (torch.randn(batch, 5, kwargs.get("d", 8)),)
         return (torch.randn(batch, kwargs.get("d", 8)),)
 
 

@@ -18,6 +18,9 @@
 #           shards and gathered tensors keep that layout (test/e2e/memory_format.py);
 #   resnet_features  the same resnet18 split as timm splits its models: the parent calls the
 #           backbone's forward_features and forward_head, both registered;
+#   rnn     fsdp_models' RecurrentStack: nn.LSTM (2 layers, bidirectional, proj_size), nn.GRU and
+#           nn.RNN, each a unit, whose weights their forward reads through `_flat_weights`
+#           (expand-parameter-lists): every one must get its gradient;
 #   two_paths  a unit whose registered forward method `features` calls its own forward, and a
 #           step that calls trunk.features and trunk.forward (and another unit): the double-hook
 #           case and forward/forward-method calls mixed in one step.
@@ -54,6 +57,7 @@ FLAGS = {
     "resnet_features": ["--fsdp-unit=backbone", "--fsdp-unit=backbone.layer*",
                         "--forward-method=backbone:forward_features", "--forward-method=backbone:forward_head"],
     "two_paths": ["--fsdp-unit=.", "--fsdp-unit=trunk", "--fsdp-unit=other", "--forward-method=trunk:features"],
+    "rnn": list(fm.RNN_UNIT_FLAGS),
 }
 
 
@@ -61,6 +65,8 @@ def loss_of(model_name, model, x, y):
     if model_name == "gpt":
         logits = model(x)
         return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+    if model_name == "rnn":
+        return F.cross_entropy(model(x).reshape(-1, 3), y.reshape(-1))
     return F.cross_entropy(model(x), y)
 
 
@@ -76,6 +82,8 @@ def make_inputs(model_name, world, steps, per_step, seed):
                 if model_name == "gpt":
                     tokens = torch.randint(0, 67, (2, 7), generator=g)
                     batches.append((tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()))
+                elif model_name == "rnn":
+                    batches.append((torch.randn(2, 5, 8, generator=g), torch.randint(0, 3, (2, 5), generator=g)))
                 else:
                     x = torch.randn(2, 3, 32, 32, generator=g)
                     if model_name == "resnet_cl":
