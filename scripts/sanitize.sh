@@ -105,7 +105,7 @@ echo "sanitize.sh: unit tests took $((SECONDS - start)) s"
 echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
 # lit matches --filter against a test's full name, "fsdp-opt :: e2e/gpt_exact.py" or
 # "fsdp-opt :: stats.py": the top-level tests are anchored on ":: ", not on a slash.
-selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport|memory_format)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats)\.py$'}
+selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport|memory_format)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats|expand-parameter-lists)\.py$'}
 start=$SECONDS
 log=$build_dir/sanitize-lit.log
 LD_PRELOAD="$libasan $libstdcxx" FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-120} \

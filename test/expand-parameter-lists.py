@@ -64,13 +64,20 @@
 # ASSIGNS: remark: [expand-parameter-lists] list 'ws' left as it is: __torch__.Assigns::reset assigns it
 # ASSIGNS: error: attribute 'ws' holds parameter 'a' outside its parameter slot
 #
+# A tuple of parameters is not expanded (only `List[Tensor]` attributes are): refused the same way.
+# RUN: %python -m lit_helpers run fsdp-opt %t/pair.pt --fsdp-unit=. --world-size=2 -o %t/out \
+# RUN:   | FileCheck %s --check-prefix=TUPLE --implicit-check-not=error:
+# TUPLE: error: attribute 'pair' holds parameter 'a' outside its parameter slot
+# TUPLE: note: attribute 'pair' holds parameter 'b' outside its parameter slot
+# TUPLE: [exit 1]
+#
 # A list holding parameters that no unit shards (`a`, when only `head` is a unit) stays as it is,
 # and the model shards.
 # RUN: fsdp-opt %t/appends.pt --fsdp-unit=head --world-size=2 -o %t/head.w2
 
 import os
 import sys
-from typing import List
+from typing import List, Tuple
 
 import torch
 import torch.nn as nn
@@ -160,6 +167,19 @@ class Assigns(nn.Module):
         self.ws = [self.a]
 
 
+class Pair(nn.Module):
+    pair: Tuple[torch.Tensor, torch.Tensor]
+
+    def __init__(self):
+        super().__init__()
+        self.a = nn.Parameter(torch.randn(4, 4))
+        self.b = nn.Parameter(torch.randn(4, 4))
+        self.pair = (self.a, self.b)
+
+    def forward(self, x):
+        return x @ self.pair[0] @ self.pair[1]
+
+
 def main():
     if sys.argv[1] == "--flat-weights":
         lh.load_runtime()
@@ -168,7 +188,7 @@ def main():
         return
     out = sys.argv[1]
     for name, model in [("gru", WithGru()), ("chain", Chain()), ("appends", Appends()), ("partial", Partial()),
-                        ("returns", Returns()), ("assigns", Assigns())]:
+                        ("returns", Returns()), ("assigns", Assigns()), ("pair", Pair())]:
         lh.save(model, os.path.join(out, name + ".pt"))
 
 
