@@ -109,13 +109,19 @@ class Chain(nn.Module):
         return x + self.ws[0].sum()
 
 
-class Appends(nn.Module):
+class OneParameterList(nn.Module):
+    """`ws` holds parameter `a`; the subclasses differ in what their methods do with the list."""
     ws: List[torch.Tensor]
 
     def __init__(self):
         super().__init__()
         self.a = nn.Parameter(torch.randn(4, 4))
         self.ws = [self.a]
+
+
+class Appends(OneParameterList):
+    def __init__(self):
+        super().__init__()
         self.head = nn.Linear(4, 4)
 
     def forward(self, x):
@@ -123,26 +129,16 @@ class Appends(nn.Module):
         return self.head(x @ self.ws[0])
 
 
-class Partial(nn.Module):
-    ws: List[torch.Tensor]
-
+class Partial(OneParameterList):
     def __init__(self):
         super().__init__()
-        self.a = nn.Parameter(torch.randn(4, 4))
         self.ws = [self.a, torch.ones(4, 4)]
 
     def forward(self, x):
         return x @ self.ws[0] @ self.ws[1]
 
 
-class Returns(nn.Module):
-    ws: List[torch.Tensor]
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Parameter(torch.randn(4, 4))
-        self.ws = [self.a]
-
+class Returns(OneParameterList):
     def forward(self, x):
         return x @ self.weights()[0]
 
@@ -151,14 +147,7 @@ class Returns(nn.Module):
         return self.ws
 
 
-class Assigns(nn.Module):
-    ws: List[torch.Tensor]
-
-    def __init__(self):
-        super().__init__()
-        self.a = nn.Parameter(torch.randn(4, 4))
-        self.ws = [self.a]
-
+class Assigns(OneParameterList):
     def forward(self, x):
         return x @ self.ws[0]
 
