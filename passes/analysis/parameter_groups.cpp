@@ -13,11 +13,11 @@
 // its unit in plan.unitOfParamPath; no tensor is in two groups; no attribute other than a
 // parameter slot holds a grouped parameter.
 #include <fsdp_opt/passes/analysis.h>
+#include <fsdp_opt/passes/deferred_load.h>
 #include <fsdp_opt/passes/pattern.h>
 
 #include "../ir/module_tree.h"
 
-#include <functional>
 #include <map>
 #include <set>
 
@@ -44,26 +44,6 @@ const Unit* nearestCommonUnit(const FsdpPlan& plan, const std::vector<ParamSlot>
   return nullptr;
 }
 
-// Calls `visit` for every tensor an attribute value holds, through lists, tuples, dicts and
-// objects that are not modules (modules are visited as modules).
-void forEachHeldTensor(const c10::IValue& value, const std::function<void(const at::Tensor&)>& visit) {
-  if (value.isTensor()) {
-    visit(value.toTensor());
-  } else if (value.isList()) {
-    for (const c10::IValue& element : value.toListRef()) forEachHeldTensor(element, visit);
-  } else if (value.isTuple()) {
-    for (const c10::IValue& element : value.toTupleRef().elements()) forEachHeldTensor(element, visit);
-  } else if (value.isGenericDict()) {
-    for (const auto& entry : value.toGenericDict()) {
-      forEachHeldTensor(entry.key(), visit);
-      forEachHeldTensor(entry.value(), visit);
-    }
-  } else if (value.isObject() && !value.toObjectRef().type()->is_module()) {
-    const auto& object = value.toObjectRef();
-    for (size_t i = 0; i < object.type()->numAttributes(); ++i) forEachHeldTensor(object.getSlot(i), visit);
-  }
-}
-
 // Errors for every attribute other than a parameter slot that holds a grouped parameter.
 bool groupedParametersOnlyInSlots(const ModuleIndex& index, const FsdpPlan& plan, DiagnosticSink& diagnostics) {
   std::map<const c10::TensorImpl*, std::string> grouped;
@@ -74,10 +54,11 @@ bool groupedParametersOnlyInSlots(const ModuleIndex& index, const FsdpPlan& plan
   for (const auto& [path, module] : index.modules()) {
     const auto& type = module.type();
     for (size_t i = 0; i < type->numAttributes(); ++i) {
-      if (type->is_parameter(i)) continue;
+      // Submodules are walked as modules of the index, with their own attribute names.
+      if (type->is_parameter(i) || type->getAttribute(i)->is_module()) continue;
       const std::string attribute = path.empty() ? type->getAttributeName(i) : path + "." + type->getAttributeName(i);
       std::set<std::string> held;
-      forEachHeldTensor(module._ivalue()->getSlot(i), [&](const at::Tensor& tensor) {
+      forEachReachableTensor(module._ivalue()->getSlot(i), [&](const at::Tensor& tensor, bool /*isParameterSlot*/) {
         auto it = grouped.find(tensor.unsafeGetTensorImpl());
         if (it != grouped.end()) held.insert(it->second);
       });

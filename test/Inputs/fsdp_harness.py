@@ -497,11 +497,9 @@ def check_rank_files(t, out_dir, original_pt, world, label):
         problems.append("manifest world_size %r != %d" % (manifest.get("world_size"), world))
     # An HSDP run (--shard-group-size=S): rank r holds shard r % S of S.
     group = manifest.get("mesh", {}).get("shard_group_size", world)
-    shard_bytes = []  # per rank
+    shard_bytes = [0] * world
     for r in range(world):
         m = torch.jit.load(os.path.join(out_dir, "rank%d.pt" % r))
-        shard_bytes.append(sum(attr_path(m, p["path"]).numel() * attr_path(m, p["path"]).element_size()
-                               for u in manifest["units"] for p in u["params"]))
         tags = [("_fsdp_rank", r), ("_fsdp_world_size", world), ("_fsdp_manifest_sha256", sha)]
         if group != world:
             tags.append(("_fsdp_shard_group_size", group))
@@ -514,6 +512,7 @@ def check_rank_files(t, out_dir, original_pt, world, label):
                 n_params += r == 0
                 full = attr_path(original, p["path"])
                 shard = attr_path(m, p["path"])
+                shard_bytes[r] += nbytes(shard)
                 if list(full.shape) != p["shape"]:
                     problems.append("manifest shape of %s: %s vs original %s" % (p["path"], p["shape"], list(full.shape)))
                     continue
@@ -541,6 +540,10 @@ def tensor_data_bytes(pt_path):
         return sum(i.file_size for i in archive.infolist() if "/data/" in i.filename)
 
 
+def nbytes(tensor):
+    return tensor.numel() * tensor.element_size()
+
+
 def storage_ptr(tensor):
     storage = tensor.untyped_storage() if hasattr(tensor, "untyped_storage") else tensor.storage()
     return storage.data_ptr()
@@ -553,11 +556,11 @@ def check_no_full_copies(t, out_dir, original_pt, original, manifest, shard_byte
     attribute) exceeds it. check_rank_files compares the parameter slots; this catches a whole
     copy held anywhere else (nn.LSTM's _flat_weights was one)."""
     params = [attr_path(original, p["path"]) for u in manifest["units"] for p in u["params"]]
-    whole = sum(p.numel() * p.element_size() for p in params)
+    whole = sum(nbytes(p) for p in params)
     # A buffer over a parameter's storage (registered from `weight.data`) is not sharded: that
     # storage stays whole (docs/design.md).
     buffer_storages = {storage_ptr(b) for b in original.buffers()}
-    kept = sum(p.numel() * p.element_size() for p in params if storage_ptr(p) in buffer_storages)
+    kept = sum(nbytes(p) for p in params if storage_ptr(p) in buffer_storages)
     base = tensor_data_bytes(original_pt) - whole + kept
     over = []
     for r, shards in enumerate(shard_bytes):
