@@ -10,7 +10,8 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
-    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), insertUnitGathersPass(),
+    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), checkParameterAliasesPass(),
+                          insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
                           rankUniformControlFlowPass(), reshardOnRaisePass(), specializeNoGradPass(), verifyFsdpPass()}) {
@@ -27,6 +28,9 @@ std::vector<std::string> defaultPipeline() {
       specializeUnitTypesPass().name,
       // Lint on the original program, before gathers hide what eager FSDP would do.
       lintShardedReadsPass().name,
+      // Also on the original program: what a model does with a parameter that sharding would
+      // drop (an in-place write) or cut short (an alias that outlives the gather) is refused.
+      checkParameterAliasesPass().name,
       // Call sites inside graphs, then the entry methods whose callers are outside TorchScript.
       insertUnitGathersPass().name,
       wrapEntryMethodsPass().name,

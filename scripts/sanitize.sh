@@ -15,7 +15,8 @@
 # and shard writer on the GPT, a ResNet and a ViT run bitwise on 2 ranks, parameters that keep a
 # layout other than row-major (channels_last, transposed: their strided copies), plus the lit tests of
 # the passes that move, bucket and guard gathers (hoist, prefetch, reshard-on-raise,
-# rank-uniform-control-flow) and --stats.
+# rank-uniform-control-flow), of the two that read the program before the rewrite and edit or
+# copy its graphs (expand-parameter-lists, check-parameter-aliases) and --stats.
 #
 # Why t113: Debian's LibTorch is what CI builds first and has the smaller link; the code under
 # test (passes, runtime, tools) is the same on both legs. Python is not instrumented: tests that
@@ -105,7 +106,7 @@ echo "sanitize.sh: unit tests took $((SECONDS - start)) s"
 echo "=== end-to-end tests (Python with LD_PRELOAD=$libasan $libstdcxx)"
 # lit matches --filter against a test's full name, "fsdp-opt :: e2e/gpt_exact.py" or
 # "fsdp-opt :: stats.py": the top-level tests are anchored on ":: ", not on a slash.
-selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport|memory_format)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats|expand-parameter-lists)\.py$'}
+selection=${FSDP_OPT_SANITIZE_LIT:-':: e2e/(runtime_ops|runtime_ops_split|runtime_ops_mp|runtime_ops_memory|fsdp_run_launcher|gpt_exact|resnet_forward_features|vit_forward_features|rank_files_fsdp_run|dead_peer_fsdp_run|divergent_ranks|shm_transport|memory_format)\.py$|:: (reshard-on-raise|hoist-loop-gathers|prefetch-gathers|rank-uniform-control-flow|stats|expand-parameter-lists|check-parameter-aliases)\.py$'}
 start=$SECONDS
 log=$build_dir/sanitize-lit.log
 LD_PRELOAD="$libasan $libstdcxx" FSDP_OPT_TIMEOUT_S=${FSDP_OPT_TIMEOUT_S:-120} \

@@ -4,6 +4,7 @@
 # RUN: %python -m lit_helpers run fsdp-opt --list-passes | FileCheck %s --match-full-lines
 # CHECK:      [stdout]
 # CHECK-NEXT: bucket-gathers {{[^ ].+}}
+# CHECK-NEXT: check-parameter-aliases {{[^ ].+}}
 # CHECK-NEXT: check-unsharded-budget {{[^ ].+}}
 # CHECK-NEXT: eliminate-redundant-gathers {{[^ ].+}}
 # CHECK-NEXT: expand-parameter-lists {{[^ ].+}}
@@ -25,6 +26,7 @@
 # The summaries say what each pass does.
 # RUN: fsdp-opt --list-passes | FileCheck %s --check-prefix=SUMMARY
 # SUMMARY: bucket-gathers {{.*}}collective
+# SUMMARY: check-parameter-aliases {{.*}}in-place
 # SUMMARY: expand-parameter-lists {{.*}}_flat_weights
 # SUMMARY: hoist-loop-gathers {{.*}}loop
 # SUMMARY: insert-unit-gathers {{.*}}fsdp::all_gather/fsdp::reshard

@@ -9,6 +9,7 @@
 # CHECK: // *** IR after expand-parameter-lists ***
 # CHECK: // *** IR after specialize-unit-types ***
 # CHECK: // *** IR after lint-sharded-reads ***
+# CHECK: // *** IR after check-parameter-aliases ***
 # CHECK: // *** IR after insert-unit-gathers ***
 # CHECK: // *** IR after wrap-entry-methods ***
 # CHECK: // *** IR after check-unsharded-budget ***
@@ -27,6 +28,8 @@
 # ORDER-NEXT: // . : __torch__.SharedType__fsdp{{[0-9]+}} :: forward
 # ORDER-NOT:  fsdp::
 # ORDER:      // *** IR after lint-sharded-reads ***
+# ORDER-NOT:  fsdp::
+# ORDER:      // *** IR after check-parameter-aliases ***
 # ORDER-NOT:  fsdp::
 # ORDER:      // *** IR after insert-unit-gathers ***
 # ORDER-NOT:  fsdp::check_rank

@@ -30,6 +30,7 @@
 # RUN:   | FileCheck %s --check-prefix=AFTER
 # AFTER:     // *** IR after specialize-unit-types ***
 # AFTER:     // *** IR after lint-sharded-reads ***
+# AFTER:     // *** IR after check-parameter-aliases ***
 # AFTER:     // *** IR after insert-unit-gathers ***
 # AFTER:     // *** IR after wrap-entry-methods ***
 # AFTER-NOT: // *** IR after

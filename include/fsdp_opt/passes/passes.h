@@ -23,6 +23,11 @@ PassInfo specializeUnitTypesPass();
 bool lintShardedReads(PassContext& context);
 PassInfo lintShardedReadsPass();
 
+// check-parameter-aliases: errors where a method writes a unit's parameter in place or lets a
+// value aliasing one outlive its gather (returned, or stored in module state).
+bool checkParameterAliases(PassContext& context);
+PassInfo checkParameterAliasesPass();
+
 // insert-unit-gathers: fsdp::all_gather / fsdp::reshard around every call of a unit's forward
 // method, in the caller's graph, at any block depth.
 bool insertUnitGathers(PassContext& context);
