@@ -92,7 +92,17 @@ struct GatheredParam {
   std::shared_ptr<NestedGatherHook> nestedHook;  // what a nested gather does first (data_path.h)
   // The parameter's full storage kept across gathers (below), emptied when the group goes.
   c10::intrusive_ptr<c10::StorageImpl> keptStorage;
+  // versions[i]: params[i]'s version once swapped in, to see a write in place before the
+  // reshard drops it (kNoVersion: an inference tensor, which keeps none).
+  c10::SmallVector<uint32_t, 1> versions;
 };
+
+constexpr uint32_t kNoVersion = UINT32_MAX;
+
+uint32_t versionOf(const at::Tensor& t) {
+  c10::TensorImpl* impl = t.unsafeGetTensorImpl();
+  return impl->is_inference() ? kNoVersion : impl->version_counter().current_version();
+}
 
 // A parameter's full storage object, kept from one gather to the next once it was gathered with
 // grad mode on. Autograd saves views of full parameters (Linear saves weight.t()), which hold
@@ -223,6 +233,18 @@ void swapTo(GatheredParam& g, const at::Tensor& full) {
     for (size_t i = 0; i < done; ++i) pointBack(g.params[i], g.shards[i]);
     throw;
   }
+  g.versions.clear();
+  for (const at::Tensor& p : g.params) g.versions.push_back(versionOf(p));
+}
+
+// Whether something wrote `g`'s gathered parameter in place since it was swapped in: an
+// in-place op bumps the version (a write through `.data` does not, and goes unseen).
+bool writtenWhileGathered(const GatheredParam& g) {
+  if (!g.swapped) return false;  // the shard itself: a write stays
+  for (size_t i = 0; i < g.params.size() && i < g.versions.size(); ++i) {
+    if (g.versions[i] != kNoVersion && versionOf(g.params[i]) != g.versions[i]) return true;
+  }
+  return false;
 }
 
 void swapBackToShards(GatheredParam& g) {
@@ -280,15 +302,22 @@ void attachAlias(GatheredParam& g, const at::Tensor& alias) {
   }
   g.params.push_back(alias);
   g.shards.push_back(std::move(shard));
+  if (g.swapped) g.versions.push_back(versionOf(alias));
 }
 
 // Swaps the groups' shards back and forgets them. `reshards` counts unit-level reshards: the
-// distinct unshard events (collectives) whose storage this frees.
-void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
+// distinct unshard events (collectives) whose storage this frees. Returns, for each group whose
+// parameter was written in place while gathered, what it was (its shape and dtype; the caller's
+// context names the units).
+std::vector<std::string> releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
   std::vector<uint64_t> events;  // distinct gather ids, sorted
   events.reserve(groups.size());
+  std::vector<std::string> written;
   int64_t freed = 0;
   for (const auto& g : groups) {
+    if (writtenWhileGathered(*g)) {
+      written.push_back(c10::str("a parameter (", g->params.front().sizes(), " ", g->params.front().scalar_type(), ")"));
+    }
     swapBackToShards(*g);
     for (const at::Tensor& p : g->params) reg.byImpl.erase(p.unsafeGetTensorImpl());
     reg.byShard.erase(g->key);
@@ -308,6 +337,7 @@ void releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredPara
     st.unsharded_bytes -= freed;
     st.reshards += static_cast<int64_t>(events.size());
   });
+  return written;
 }
 
 
@@ -753,7 +783,15 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   for (const auto& g : groups) {
     if (--g->refcount == 0) released.push_back(g);
   }
-  releaseGroups(reg, released);
+  const std::vector<std::string> written = releaseGroups(reg, released);
+  // Resharded all the same, and only then refused: what is unsharded stays bounded.
+  FSDP_CHECK(written.empty(), ErrorKind::kBadInput, ctx, ": ", written.front(),
+             written.size() > 1 ? c10::str(" and ", written.size() - 1, " more") : std::string(),
+             " was written in place while gathered, and the reshard dropped the write with the gathered "
+             "copy: fsdp-opt does not write gathered parameters back to their shards, so the model would "
+             "go on from the unwritten ones, unlike the original. Change weights before sharding, or "
+             "train them through an optimizer, which updates the shards (docs/runtime.md, \"Writes to "
+             "gathered parameters\")");
 }
 
 }  // namespace detail

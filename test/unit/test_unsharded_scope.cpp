@@ -4,7 +4,8 @@
 // process, and checks that a scope gathers once, that calls inside issue no collective and are
 // bitwise the unsharded model's, that leaving the scope (normally, by an exception, by close()
 // or through a moved-to guard) reshards, that a subset scope leaves the other units to the calls,
-// and that a unit name the module lacks is refused before anything is gathered.
+// that a unit name the module lacks is refused before anything is gathered, and that a write into
+// a gathered parameter makes close() raise.
 #include <fsdp_opt/fsdp_opt.h>
 #include <fsdp_opt/runtime/reserved_port.h>
 #include <fsdp_opt/runtime/runtime.h>
@@ -127,6 +128,26 @@ std::vector<std::string> runRank(int rank, int port) {
     expect(!moved.isOpen() && rt::stats().unsharded_bytes == 0, "close() reshards");
   }
   expect(rt::stats().unsharded_bytes == 0, "nothing is resharded twice");
+
+  // A write into a gathered parameter would be dropped at the reshard: close() reshards all the
+  // same and raises, naming the unit; the shard keeps its values.
+  std::string written;
+  {
+    rt::UnshardedScope scope(m, {"a"});
+    torch::NoGradGuard noGrad;
+    m.attr("a").toModule().attr("w").toTensor().mul_(2.0);
+    try {
+      scope.close();
+    } catch (const std::exception& e) {
+      written = rt::errorKindOf(e) == rt::ErrorKind::kBadInput ? e.what() : "";
+    }
+  }
+  expect(written.find("fsdp::reshard(unit 'a (unshard scope)'): a parameter ([5, 4] Float) was written in place "
+                     "while gathered") != std::string::npos,
+         "a write inside the scope makes close() raise (errorKindOf: bad-input), naming the unit: " + written);
+  expect(rt::stats().unsharded_bytes == 0, "the written scope is resharded");
+  rt::resetStats();
+  expect(torch::equal(call(), want), "the next call computes with the unwritten shard");
   return failures;
 }
 

@@ -32,6 +32,10 @@ namespace runtime {
 /// before its collective. A backward through a unit while a scope is open raises. Every rank
 /// must open and close the same scopes in the same order, as it calls the same entry methods
 /// (a rank opening a scope while another calls an entry method fails with the divergence error).
+/// The parameters inside are gathered copies: a write in place into one (an optimizer step,
+/// `copy_` of new weights) would be dropped by the reshard, so close() reshards and then raises
+/// (bad-input, naming the unit), and the destructor warns (docs/runtime.md, "Writes to
+/// gathered parameters").
 class UnshardedScope {
  public:
   explicit UnshardedScope(const torch::jit::Module& root, const std::vector<std::string>& units = {});
