@@ -33,6 +33,7 @@
 #include <torch/csrc/jit/passes/dead_code_elimination.h>
 
 #include <map>
+#include <optional>
 #include <set>
 
 namespace fsdp_opt {
@@ -219,35 +220,41 @@ class AliasWalk {
     }
   }
 
-  void visitGetAttr(Node* node, Frame& frame) {
+  // The attribute a prim::GetAttr or prim::SetAttr names: its path, its owner's type, its slot.
+  struct Attribute {
+    std::string path;
+    c10::ClassTypePtr owner;
+    size_t slot = 0;
+  };
+  std::optional<Attribute> attributeOf(Node* node, const Frame& frame) const {
     auto owner = frame.modules.find(node->input(0));
-    if (owner == frame.modules.end()) return;
+    if (owner == frame.modules.end()) return std::nullopt;
     auto module = index_.find(owner->second);
-    if (!module) return;
+    if (!module) return std::nullopt;
     const std::string& name = node->s(c10::attr::name);
     auto slot = module->type()->findAttributeSlot(name);
-    if (!slot) return;
-    const std::string path = joinPath(owner->second, name);
-    auto attribute = module->type()->getAttribute(*slot)->cast<c10::ClassType>();
-    if (attribute && attribute->is_module()) {
-      frame.modules[node->output()] = path;
-    } else if (module->type()->is_parameter(*slot)) {
-      if (plan_.unitOfParam(path)) frame.aliases[node->output()] = {path};
+    if (!slot) return std::nullopt;
+    return Attribute{joinPath(owner->second, name), module->type(), *slot};
+  }
+
+  void visitGetAttr(Node* node, Frame& frame) {
+    auto attribute = attributeOf(node, frame);
+    if (!attribute) return;
+    auto type = attribute->owner->getAttribute(attribute->slot)->cast<c10::ClassType>();
+    if (type && type->is_module()) {
+      frame.modules[node->output()] = attribute->path;
+    } else if (attribute->owner->is_parameter(attribute->slot)) {
+      if (plan_.unitOfParam(attribute->path)) frame.aliases[node->output()] = {attribute->path};
     } else if (mayHoldTensor(node->output()->type()) && !isTensorArgument(node->output()->type())) {
-      frame.state[node->output()] = path;
+      frame.state[node->output()] = attribute->path;
     }
   }
 
   void visitSetAttr(Node* node, Frame& frame) {
-    auto owner = frame.modules.find(node->input(0));
-    if (owner == frame.modules.end()) return;
-    auto module = index_.find(owner->second);
-    if (!module) return;
-    const std::string& name = node->s(c10::attr::name);
-    auto slot = module->type()->findAttributeSlot(name);
+    auto attribute = attributeOf(node, frame);
     // Assigning a parameter slot is verify-fsdp's error, whatever the value.
-    if (slot && module->type()->is_parameter(*slot)) return;
-    reportStored(frame, aliasesOf(frame, node->input(1)), joinPath(owner->second, name));
+    if (!attribute || attribute->owner->is_parameter(attribute->slot)) return;
+    reportStored(frame, aliasesOf(frame, node->input(1)), attribute->path);
   }
 
   void reportStored(const Frame& frame, const Params& params, const std::string& attributePath) {
