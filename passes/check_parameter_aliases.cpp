@@ -124,8 +124,7 @@ class AliasWalk {
     for (const Params& params : returned) {
       for (const std::string& param : params) {
         report("entry method '" + method + "' returns a value that may alias parameter '" + param + "' of unit '" +
-               displayPath(plan_.unitOfParam(param)->path) +
-               "'; after the call the parameter is sharded again, so the caller would hold its shard or freed "
+               unitName(param) + "'; after the call the parameter is sharded again, so the caller would hold its shard or freed "
                "memory; return a copy (.clone())");
       }
     }
@@ -168,9 +167,12 @@ class AliasWalk {
     return memo_[key] = returned;
   }
 
-  static Params aliasesOf(const Frame& frame, Value* value) {
+  // By reference, as every input of every node is looked up (std::map keeps references valid
+  // while merge() inserts).
+  static const Params& aliasesOf(const Frame& frame, Value* value) {
+    static const Params kNone;
     auto it = frame.aliases.find(value);
-    return it == frame.aliases.end() ? Params{} : it->second;
+    return it == frame.aliases.end() ? kNone : it->second;
   }
 
   // Adds `params` to what `value` may alias; whether that grew.
@@ -212,7 +214,7 @@ class AliasWalk {
     // Constructors, unpacking, casts: an output that can hold a tensor may hold any input.
     Params all;
     for (Value* input : node->inputs()) {
-      Params in = aliasesOf(frame, input);
+      const Params& in = aliasesOf(frame, input);
       all.insert(in.begin(), in.end());
     }
     for (Value* output : node->outputs()) {
@@ -322,14 +324,13 @@ class AliasWalk {
 
   void visitOp(Node* node, const c10::FunctionSchema& schema, Frame& frame) {
     const auto& arguments = schema.arguments();
-    const std::string op = node->kind().toQualString();
     Params others;  // what the op's inputs may alias, for a container it writes into
     for (size_t i = 0; i < node->inputs().size() && i < arguments.size(); ++i) {
-      Params in = aliasesOf(frame, node->input(i));
+      const Params& in = aliasesOf(frame, node->input(i));
       if (in.empty()) continue;
       others.insert(in.begin(), in.end());
       if (writesTensor(arguments[i]) && !writesMetadataOnly(node)) {
-        for (const std::string& param : in) reportWrite(frame, param, op);
+        for (const std::string& param : in) reportWrite(frame, param, node->kind().toQualString());
       }
     }
     for (size_t i = 0; i < node->inputs().size() && i < arguments.size(); ++i) {
@@ -348,7 +349,7 @@ class AliasWalk {
       if (out) collectSets(*out, outSets, outWildcard);
       const bool outContainer = mayHoldTensor(node->output(j)->type()) && !isTensorArgument(node->output(j)->type());
       for (size_t i = 0; i < node->inputs().size() && i < arguments.size(); ++i) {
-        Params in = aliasesOf(frame, node->input(i));
+        const Params& in = aliasesOf(frame, node->input(i));
         if (in.empty()) continue;
         const bool inContainer = !isTensorArgument(node->input(i)->type());
         std::set<c10::Symbol> inSets;
