@@ -8,7 +8,8 @@ Builds by hand what fsdp-opt would write (rank{r}.pt files whose methods call th
 around a unit's call, manifest.json), plus the original model and an inputs file, then runs
 fsdp-run on them and checks exit codes, output lines and saved outputs: bitwise agreement for
 W in 1..4, a detected mismatch, bad inputs, a rank that raises, rank files of two runs, a world
-size that does not match the files.
+size that does not match the files, and --repeat on a model with state across calls (each run
+compared with the original's run of the same number).
 
 Prints one line per failed check, then `N passed, M failed`; exits 1 if anything failed.
 """
@@ -56,11 +57,14 @@ class Block(torch.nn.Module):
 class Original(torch.nn.Module):
     """The unsharded model: embedding tied to the head, two blocks."""
 
+    calls: int
+
     def __init__(self, emb, w1, b1, w2, b2):
         super().__init__()
         self.emb = torch.nn.Parameter(emb)
         self.b1 = Block(w1, b1)
         self.b2 = Block(w2, b2)
+        self.calls = 0
 
     def forward(self, ids, scale: float) -> Tuple[torch.Tensor, Dict[str, torch.Tensor], int, List[float]]:
         h = F.embedding(ids, self.emb) * scale
@@ -73,6 +77,12 @@ class Original(torch.nn.Module):
     def boom(self, ids, scale: float) -> torch.Tensor:
         return self.b1(F.embedding(ids, self.emb))
 
+    @torch.jit.export
+    def counted(self, ids, scale: float) -> Tuple[torch.Tensor, int]:
+        # state across calls: the same inputs give different outputs from call to call
+        self.calls += 1
+        return self.b1(F.embedding(ids, self.emb) * (scale * self.calls)), self.calls
+
 
 class Rewritten(torch.nn.Module):
     """What fsdp-opt would produce: b1, b2 and the root are units; shards in the slots."""
@@ -80,12 +90,17 @@ class Rewritten(torch.nn.Module):
     _fsdp_rank: int
     _fsdp_world_size: int
     _fsdp_manifest_sha256: str
+    calls: int
+    drift: int
 
-    def __init__(self, emb, w1, b1, w2, b2, rows: List[int], rank: int, world: int, sha: str):
+    def __init__(self, emb, w1, b1, w2, b2, rows: List[int], rank: int, world: int, sha: str,
+                 drift: int = 0):
         super().__init__()
         self.emb = torch.nn.Parameter(emb)
         self.b1 = Block(w1, b1)
         self.b2 = Block(w2, b2)
+        self.calls = 0
+        self.drift = drift  # a wrong rank file: its state drifts from the second call on
         self.rows = rows
         self._fsdp_rank = rank
         self._fsdp_world_size = world
@@ -119,6 +134,19 @@ class Rewritten(torch.nn.Module):
         return h
 
     @torch.jit.export
+    def counted(self, ids, scale: float) -> Tuple[torch.Tensor, int]:
+        torch.ops.fsdp.check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256)
+        if self.calls > 0:
+            self.calls += self.drift
+        self.calls += 1
+        root = torch.ops.fsdp.all_gather([self.emb], [self.rows[0]], ".")
+        f1 = torch.ops.fsdp.all_gather([self.b1.weight, self.b1.bias], [self.rows[1], self.rows[2]], "b1")
+        h = self.b1(F.embedding(ids, self.emb) * (scale * self.calls))
+        torch.ops.fsdp.reshard(f1, "b1")
+        torch.ops.fsdp.reshard(root, ".")
+        return h, self.calls
+
+    @torch.jit.export
     def boom_in_peer_words(self, ids, scale: float) -> torch.Tensor:
         # rank 1's own error reads like a consequence ("a peer may have died"); the launcher must
         # rank it by its kind (the model raised), not by its words
@@ -138,12 +166,13 @@ def make_params(seed):
             torch.randn(6, 7, generator=g), torch.randn(6, generator=g)]
 
 
-def write_rank_dir(d, params, world, sha):
+def write_rank_dir(d, params, world, sha, drifting_rank=-1):
     os.makedirs(d, exist_ok=True)
     rows = [p.shape[0] for p in params]
     for r in range(world):
         shards = [shard_of(p, world, r) for p in params]
-        m = torch.jit.script(Rewritten(*shards, rows=rows, rank=r, world=world, sha=sha))
+        m = torch.jit.script(Rewritten(*shards, rows=rows, rank=r, world=world, sha=sha,
+                                       drift=1 if r == drifting_rank else 0))
         m.save(os.path.join(d, "rank%d.pt" % r))
     with open(os.path.join(d, "manifest.json"), "w") as f:
         json.dump({"format_version": 1, "world_size": world, "input_sha256": sha}, f)
@@ -202,6 +231,26 @@ def main():
             rc, out, err = run([fr, d2, "--inputs=" + inputs])
             check("plain exit", rc == 0, err)
             check("plain lines", "rank 0: ok, output (Tensor float32[2, 3, 11]" in out and "rank 1: ok" in out, out)
+
+            # State across calls: with --check, run k of each rank is compared with run k of the
+            # original, so a correct rank file of a stateful model passes every run.
+            rc, out, err = run([fr, d2, "--inputs=" + inputs, "--method=counted", "--repeat=3",
+                                "--check=" + orig])
+            check("stateful check exit", rc == 0, "rc %d\nstdout:%s\nstderr:%s" % (rc, out, err))
+            check("stateful check lines", out.count("outputs bitwise identical to " + orig) == 2, out)
+            # Without --check the runs can only be compared with each other, and they differ.
+            rc, out, err = run([fr, d2, "--inputs=" + inputs, "--method=counted", "--repeat=3"])
+            check("stateful without check", rc == 1 and out.count("run 2 differs from run 1") == 2
+                  and "with --check" in out, "rc %d %s %s" % (rc, out, err))
+            # A rank file whose state drifts from its second call on: run 1 matches, run 2 does
+            # not, and the report names the run.
+            drifting = os.path.join(tmp, "drifting")
+            write_rank_dir(drifting, params, 2, "sha-A", drifting_rank=1)
+            rc, out, err = run([fr, drifting, "--inputs=" + inputs, "--method=counted", "--repeat=3",
+                                "--check=" + orig])
+            check("drifting rank exit", rc == 1, "rc %d %s %s" % (rc, out, err))
+            check("drifting rank lines", ("rank 0: outputs bitwise identical to " + orig) in out
+                  and "rank 1: MISMATCH: run 2 of 3: output[0]" in out, out)
 
             # --nproc larger than the files' world size: missing rank file.
             rc, out, err = run([fr, d2, "--inputs=" + inputs, "--nproc=3"])

@@ -51,10 +51,13 @@ int main(int argc, char** argv) {
                "also show the ranks' stderr when a rank fails (it is always shown, prefixed "
                "with [rank R], when all succeed)");
   app.add_option("--repeat", o.repeat,
-                 "run the method N times per rank; every run must give the same outputs")
+                 "run the method N times per rank; with --check, run k of every rank must equal "
+                 "run k of the original (run N times in this process); without, every run must "
+                 "equal the first")
       ->check(CLI::Range(1, 1000000));
   app.add_option("--internal-worker-rank", o.workerRank)->group("");
   app.add_option("--internal-worker-dir", o.workerDir)->group("");
+  app.add_flag("--internal-worker-runs-checked", o.workerRunsChecked)->group("");
   app.set_version_flag("--version", std::string("fsdp-run ") + FSDP_OPT_VERSION);
 
   try {

@@ -132,7 +132,7 @@ int resolve(const Options& o, Job* job) {
     if (!isFile(o.check)) return usageError(o.check + ": no such file");
     // The reference runs unsharded in this process: world size 1, whatever the environment.
     for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) ::unsetenv(v);
-    if (std::string err = job->checker.runOriginal(o.check, o.method); !err.empty()) {
+    if (std::string err = job->checker.runOriginal(o.check, o.method, o.repeat); !err.empty()) {
       return usageError(err);
     }
   }
@@ -208,6 +208,7 @@ void removeTree(const std::string& dir) {
                                    "--internal-worker-rank=" + std::to_string(rank),
                                    "--internal-worker-dir=" + tmp};
   if (!o.inputs.empty()) args.push_back("--inputs=" + o.inputs);
+  if (!o.check.empty()) args.push_back("--internal-worker-runs-checked");
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -420,7 +421,7 @@ int reportResults(const Options& o, const Job& job, const Run& run) {
       bad = true;
     } else if (!o.check.empty()) {
       std::string diff;
-      const std::string err = job.checker.compare(out, &diff);
+      const std::string err = job.checker.compare(run.tmp, r, &diff);
       if (!err.empty() || !diff.empty()) {
         line += "MISMATCH: " + (err.empty() ? diff : err);
         bad = true;
@@ -494,6 +495,7 @@ void runWorker(const Options& o) {
   a.outDir = o.workerDir;
   a.rank = o.workerRank;
   a.repeat = o.repeat;
+  a.runsCheckedAgainstOriginal = o.workerRunsChecked;
   const int code = workerMain(a);
   std::fflush(stdout);
   std::fflush(stderr);

@@ -36,6 +36,7 @@ struct Options {
   // hidden, worker side
   int workerRank = -1;
   std::string workerDir;
+  bool workerRunsChecked = false;  // --check given: the launcher compares every run
 };
 
 /// The launcher; `self` is this executable (re-executed as the workers). Returns the exit code.

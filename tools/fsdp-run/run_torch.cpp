@@ -8,6 +8,7 @@
 #include <cstring>
 #include <fstream>
 #include <iterator>
+#include <map>
 #include <optional>
 #include <sstream>
 
@@ -130,10 +131,29 @@ int workerMain(const WorkerArgs& args) {
     }
     if (rep == 0) {
       first = out;
-    } else if (mismatch.empty()) {
-      if (auto d = fsdp_opt::bitwiseDifference(out, first)) {
-        mismatch = "run " + std::to_string(rep + 1) + " differs from run 1: " + *d;
+      continue;
+    }
+    // Only runs that differ from the first are kept: a model without state across calls, the
+    // usual case, writes one output file however many runs it makes.
+    const bool keep = args.runsCheckedAgainstOriginal;
+    if (!keep && !mismatch.empty()) continue;
+    const std::optional<std::string> d = fsdp_opt::bitwiseDifference(out, first);
+    if (!d) continue;
+    if (!keep) {
+      mismatch = "run " + std::to_string(rep + 1) + " differs from run 1: " + *d +
+                 " (without --check every run must equal the first; with --check each run is "
+                 "compared with the original's run of the same number)";
+      continue;
+    }
+    const std::string path = runOutputFile(args.outDir, args.rank, rep + 1);
+    try {
+      if (!writeBytes(path, torch::jit::pickle_save(out))) {
+        return fail(kWorkerFailed, ErrorKind::kInternal, "cannot write " + path);
       }
+    } catch (const std::exception& e) {
+      return fail(kWorkerFailed, ErrorKind::kInternal,
+                  "cannot serialize run " + std::to_string(rep + 1) +
+                      "'s outputs: " + fsdp_opt::runtime::oneLineMessage(e));
     }
   }
 
@@ -162,7 +182,9 @@ int workerMain(const WorkerArgs& args) {
 
 struct Checker::Impl {
   std::vector<c10::IValue> inputs;
-  c10::IValue reference;
+  int repeat = 1;
+  c10::IValue reference;                     // the original's first run
+  std::map<int, c10::IValue> laterReference;  // its later runs that differ from the first
 };
 
 Checker::Checker() : impl_(std::make_unique<Impl>()) {}
@@ -177,7 +199,8 @@ std::string Checker::loadInputs(const std::string& path) {
   return {};
 }
 
-std::string Checker::runOriginal(const std::string& path, const std::string& method) {
+std::string Checker::runOriginal(const std::string& path, const std::string& method,
+                                 int repeat) {
   torch::jit::Module module;
   try {
     module = torch::jit::load(path);
@@ -186,10 +209,21 @@ std::string Checker::runOriginal(const std::string& path, const std::string& met
   }
   auto m = module.find_method(method);
   if (!m) return path + " has no method '" + method + "'";
-  try {
-    impl_->reference = (*m)(deepcopy(impl_->inputs));
-  } catch (const std::exception& e) {
-    return "running " + path + " failed: " + fsdp_opt::runtime::oneLineMessage(e);
+  impl_->repeat = repeat;
+  for (int run = 1; run <= repeat; ++run) {
+    c10::IValue out;
+    try {
+      out = (*m)(deepcopy(impl_->inputs));
+    } catch (const std::exception& e) {
+      return "running " + path + " failed" +
+             (repeat > 1 ? " in run " + std::to_string(run) : std::string()) + ": " +
+             fsdp_opt::runtime::oneLineMessage(e);
+    }
+    if (run == 1) {
+      impl_->reference = out;
+    } else if (fsdp_opt::bitwiseDifference(out, impl_->reference)) {
+      impl_->laterReference.emplace(run, out);
+    }
   }
   return {};
 }
@@ -203,15 +237,45 @@ std::string Checker::saveOriginal(const std::string& path) const {
   return {};
 }
 
-std::string Checker::compare(const std::string& rankOutputFile, std::string* diff) const {
-  c10::IValue got;
-  try {
-    got = loadPickle(rankOutputFile);
-  } catch (const std::exception& e) {
-    return "cannot read " + rankOutputFile + ": " + fsdp_opt::runtime::oneLineMessage(e);
+std::string Checker::compare(const std::string& dir, int rank, std::string* diff) const {
+  diff->clear();
+  auto load = [](const std::string& path, c10::IValue* value) -> std::string {
+    try {
+      *value = loadPickle(path);
+    } catch (const std::exception& e) {
+      return "cannot read " + path + ": " + fsdp_opt::runtime::oneLineMessage(e);
+    }
+    return {};
+  };
+  auto runLabel = [&](int run) {
+    return impl_->repeat > 1
+               ? "run " + std::to_string(run) + " of " + std::to_string(impl_->repeat) + ": "
+               : std::string();
+  };
+  c10::IValue first;
+  if (std::string err = load(outputFile(dir, rank), &first); !err.empty()) return err;
+  if (auto d = fsdp_opt::bitwiseDifference(first, impl_->reference)) {
+    *diff = runLabel(1) + *d;
+    return {};
   }
-  auto d = fsdp_opt::bitwiseDifference(got, impl_->reference);
-  *diff = d ? *d : std::string();
+  for (int run = 2; run <= impl_->repeat; ++run) {
+    // A run with no file of its own and no reference of its own equals the first run on both
+    // sides, which matched above.
+    const std::string own = runOutputFile(dir, rank, run);
+    const bool rankChanged = ::access(own.c_str(), F_OK) == 0;
+    const auto reference = impl_->laterReference.find(run);
+    const bool originalChanged = reference != impl_->laterReference.end();
+    if (!rankChanged && !originalChanged) continue;
+    c10::IValue got = first;
+    if (rankChanged) {
+      if (std::string err = load(own, &got); !err.empty()) return err;
+    }
+    const c10::IValue& want = originalChanged ? reference->second : impl_->reference;
+    if (auto d = fsdp_opt::bitwiseDifference(got, want)) {
+      *diff = runLabel(run) + *d;
+      return {};
+    }
+  }
   return {};
 }
 

@@ -16,6 +16,9 @@ struct WorkerArgs {
   std::string outDir;      // where the files of worker_files.h go
   int rank = 0;
   int repeat = 1;
+  // --check: a run that differs from the first is written to runOutputFile for the launcher to
+  // compare with the original's run of the same number, not reported as a mismatch here.
+  bool runsCheckedAgainstOriginal = false;
 };
 
 /// Runs one worker to completion and returns its exit code (WorkerExit); writes its result
@@ -29,13 +32,15 @@ class Checker {
   ~Checker();
   /// Loads the positional arguments (a torch.save'd tuple or list). Returns "" or an error.
   std::string loadInputs(const std::string& path);
-  /// Runs ORIGINAL.pt's `method` on the inputs in this process. Returns "" or an error.
-  std::string runOriginal(const std::string& path, const std::string& method);
+  /// Runs ORIGINAL.pt's `method` `repeat` times on the inputs in this process (on one loaded
+  /// module, so state it keeps across calls carries over as on the ranks). Returns "" or an error.
+  std::string runOriginal(const std::string& path, const std::string& method, int repeat);
   /// Saves the original's outputs (torch::pickle_save). Returns "" or an error.
   std::string saveOriginal(const std::string& path) const;
-  /// Compares a rank's saved outputs with the original's. Sets `diff` to "" when bitwise
-  /// identical, else to where and how they differ. Returns "" or an error reading the file.
-  std::string compare(const std::string& rankOutputFile, std::string* diff) const;
+  /// Compares each of rank `rank`'s runs (its files in the run's directory `dir`) with the
+  /// original's run of the same number. Sets `diff` to "" when all are bitwise identical, else
+  /// to where and how the first that differs does. Returns "" or an error reading a file.
+  std::string compare(const std::string& dir, int rank, std::string* diff) const;
   /// A short description of a saved output ("Tensor float32[2, 3]", "(Tensor, int)").
   static std::string summarize(const std::string& outputFile);
 

@@ -17,6 +17,9 @@ constexpr const char* kMessageTag = "message: ";
 }  // namespace
 
 std::string outputFile(const std::string& dir, int rank) { return rankFile(dir, rank, ".out.pt"); }
+std::string runOutputFile(const std::string& dir, int rank, int run) {
+  return rankFile(dir, rank, (".run" + std::to_string(run) + ".out.pt").c_str());
+}
 std::string statsFile(const std::string& dir, int rank) { return rankFile(dir, rank, ".stats"); }
 std::string errorFile(const std::string& dir, int rank) { return rankFile(dir, rank, ".error"); }
 std::string mismatchFile(const std::string& dir, int rank) {

@@ -19,6 +19,10 @@ enum WorkerExit : int {
 
 /// Files of rank r in the run's directory.
 std::string outputFile(const std::string& dir, int rank);    // its first run's outputs
+/// Run `run`'s outputs (run >= 2, --check only), written when they differ from the first run's:
+/// a model with state across calls returns different outputs from run to run, and --check then
+/// compares each run with the original's run of the same number.
+std::string runOutputFile(const std::string& dir, int rank, int run);
 std::string statsFile(const std::string& dir, int rank);     // its runtime counters
 std::string errorFile(const std::string& dir, int rank);     // why it failed (WorkerError)
 std::string mismatchFile(const std::string& dir, int rank);  // how a --repeat run differed
