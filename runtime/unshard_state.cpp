@@ -95,6 +95,9 @@ struct GatheredParam {
   // versions[i]: params[i]'s version once swapped in, to see a write in place before the
   // reshard drops it (kNoVersion: an inference tensor, which keeps none).
   c10::SmallVector<uint32_t, 1> versions;
+  // The full storage the parameters were swapped to: one that holds another at the reshard was
+  // given new data (`p.data = t`, `set_`), which the reshard would drop. Compared, never followed.
+  const c10::StorageImpl* fullStorage = nullptr;
 };
 
 constexpr uint32_t kNoVersion = UINT32_MAX;
@@ -235,16 +238,54 @@ void swapTo(GatheredParam& g, const at::Tensor& full) {
   }
   g.versions.clear();
   for (const at::Tensor& p : g.params) g.versions.push_back(versionOf(p));
+  g.fullStorage = g.params.front().storage().unsafeGetStorageImpl();
 }
 
-// Whether something wrote `g`'s gathered parameter in place since it was swapped in: an
-// in-place op bumps the version (a write through `.data` does not, and goes unseen).
-bool writtenWhileGathered(const GatheredParam& g) {
-  if (!g.swapped) return false;  // the shard itself: a write stays
-  for (size_t i = 0; i < g.params.size() && i < g.versions.size(); ++i) {
-    if (g.versions[i] != kNoVersion && versionOf(g.params[i]) != g.versions[i]) return true;
+// The shard as a tensor of its own (the parameter holds the full storage meanwhile).
+at::Tensor tensorAt(const ShardPlace& shard) {
+  at::Tensor t = at::empty({0}, at::TensorOptions().dtype(shard.dtype).device(shard.device));
+  t.set_(shard.storage, shard.offset, shard.sizes, shard.strides);
+  return t;
+}
+
+// Whether this rank's rows of `g`'s full parameter still hold its shard's values, bit for bit
+// (in the gathered dtype: a cast shard is compared as cast). A write through `.data` or
+// `detach()` bumps no version; this is how one into the rows the rank keeps is seen. Rows other
+// ranks keep are theirs to check, so every rank whose shard would lose a write refuses.
+bool ownRowsMatchShard(const GatheredParam& g) {
+  at::NoGradGuard noGrad;
+  const RankInfo group = groupOf(CollectiveGroup::kShardGroup);
+  const int64_t rows = layout::validRowsOnRank(g.fullRows, group.world, group.rank);
+  if (rows == 0) return true;
+  const at::Tensor full = g.params.front().detach();
+  const at::Tensor mine = full.narrow(0, layout::rowBegin(g.fullRows, group.world, group.rank), rows);
+  at::Tensor kept = tensorAt(g.shards.front()).narrow(0, 0, rows);
+  if (kept.scalar_type() != mine.scalar_type()) kept = kept.to(mine.scalar_type());
+  auto bytes = [](const at::Tensor& t) { return t.contiguous().view({-1}).view(at::kByte); };
+  return at::equal(bytes(mine), bytes(kept));
+}
+
+// What changed `g`'s gathered parameter since it was swapped in, in words ("" when nothing): an
+// in-place op bumps the version; `p.data = t` and `set_` leave it and swap the storage; with
+// `compareRows`, a write through `.data` or `detach()`, which does neither, shows in the rows.
+std::string changeWhileGathered(const GatheredParam& g, bool compareRows) {
+  if (!g.swapped) return {};  // the shard itself: a write stays
+  const at::Tensor& first = g.params.front();
+  const std::string what = c10::str("a parameter (", first.sizes(), " ", first.scalar_type(), ")");
+  for (const at::Tensor& p : g.params) {
+    if (!p.has_storage() || p.storage().unsafeGetStorageImpl() != g.fullStorage) {
+      return what + " was given other storage (`p.data = t` or `set_`)";
+    }
   }
-  return false;
+  for (size_t i = 0; i < g.params.size() && i < g.versions.size(); ++i) {
+    if (g.versions[i] != kNoVersion && versionOf(g.params[i]) != g.versions[i]) {
+      return what + " was written in place";
+    }
+  }
+  if (compareRows && !ownRowsMatchShard(g)) {
+    return what + " was written through `.data` or `detach()` (this rank's rows differ from its shard)";
+  }
+  return {};
 }
 
 void swapBackToShards(GatheredParam& g) {
@@ -307,17 +348,23 @@ void attachAlias(GatheredParam& g, const at::Tensor& alias) {
 
 // Swaps the groups' shards back and forgets them. `reshards` counts unit-level reshards: the
 // distinct unshard events (collectives) whose storage this frees. Returns, for each group whose
-// parameter was written in place while gathered, what it was (its shape and dtype; the caller's
-// context names the units).
-std::vector<std::string> releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups) {
+// parameter was changed while gathered, what it was and how it changed (changeWhileGathered; the
+// caller's context names the units).
+std::vector<std::string> releaseGroups(Registry& reg, const std::vector<std::shared_ptr<GatheredParam>>& groups,
+                                       bool compareRows = false) {
   std::vector<uint64_t> events;  // distinct gather ids, sorted
   events.reserve(groups.size());
   std::vector<std::string> written;
   int64_t freed = 0;
   for (const auto& g : groups) {
-    if (writtenWhileGathered(*g)) {
-      written.push_back(c10::str("a parameter (", g->params.front().sizes(), " ", g->params.front().scalar_type(), ")"));
+    std::string change;
+    try {
+      change = changeWhileGathered(*g, compareRows);
+    } catch (const std::exception& e) {
+      // The shards go back whatever the comparison did; its failure is reported as the change.
+      change = c10::str("a parameter could not be compared with its shard (", e.what(), ")");
     }
+    if (!change.empty()) written.push_back(std::move(change));
     swapBackToShards(*g);
     for (const at::Tensor& p : g->params) reg.byImpl.erase(p.unsafeGetTensorImpl());
     reg.byShard.erase(g->key);
@@ -756,7 +803,7 @@ std::vector<at::Tensor> allGatherWait(int64_t handle) {
   return h.params;
 }
 
-void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
+void reshard(const std::vector<at::Tensor>& params, const std::string& unit, bool compareRows) {
   std::lock_guard<std::mutex> lock(registryMutex());
   Registry& reg = registry();
   updateStats([](Stats& st) { st.reshard_calls += 1; });
@@ -783,11 +830,11 @@ void reshard(const std::vector<at::Tensor>& params, const std::string& unit) {
   for (const auto& g : groups) {
     if (--g->refcount == 0) released.push_back(g);
   }
-  const std::vector<std::string> written = releaseGroups(reg, released);
+  const std::vector<std::string> written = releaseGroups(reg, released, compareRows);
   // Resharded all the same, and only then refused: what is unsharded stays bounded.
-  FSDP_CHECK(written.empty(), ErrorKind::kBadInput, ctx, ": ", written.front(),
-             written.size() > 1 ? c10::str(" and ", written.size() - 1, " more") : std::string(),
-             " was written in place while gathered, and the reshard dropped the write with the gathered "
+  FSDP_CHECK(written.empty(), ErrorKind::kBadInput, ctx, ": ", written.front(), " while gathered",
+             written.size() > 1 ? c10::str(" (and ", written.size() - 1, " more parameters)") : std::string(),
+             ", and the reshard dropped the write with the gathered "
              "copy: fsdp-opt does not write gathered parameters back to their shards, so the model would "
              "go on from the unwritten ones, unlike the original. Change weights before sharding, or "
              "train them through an optimizer, which updates the shards (docs/runtime.md, \"Writes to "

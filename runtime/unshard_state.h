@@ -29,7 +29,11 @@ int64_t allGatherStart(const std::vector<at::Tensor>& params,
 /// fsdp::all_gather_wait: completes a started gather; afterwards everything is as if
 /// allGather(...) had been called with the start's arguments.
 std::vector<at::Tensor> allGatherWait(int64_t handle);
-void reshard(const std::vector<at::Tensor>& params, const std::string& unit);
+/// fsdp::reshard. Raises bad-input, after resharding, when a parameter was changed while
+/// gathered: written in place (its version moved) or given other storage; with `compareRows`
+/// (an unshard scope's end, where Python or C++ may write through `.data`), also when this
+/// rank's rows no longer equal its shard.
+void reshard(const std::vector<at::Tensor>& params, const std::string& unit, bool compareRows = false);
 /// The full bytes (in the gathered dtype) a gather of `params` would unshard now: those not
 /// gathered yet, each once. Validates like a gather, moves nothing (unsharded_scope.cpp).
 int64_t bytesToGather(const std::vector<at::Tensor>& params, const std::vector<int64_t>& fullRows,

@@ -198,7 +198,7 @@ void reshardBuckets(const std::vector<Bucket>& buckets) {
   std::exception_ptr first;
   for (auto it = buckets.rbegin(); it != buckets.rend(); ++it) {
     try {
-      reshard(it->params, it->name);
+      reshard(it->params, it->name, /*compareRows=*/true);
     } catch (...) {
       if (!first) first = std::current_exception();
     }

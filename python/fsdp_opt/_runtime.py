@@ -52,9 +52,10 @@ class unsharded:
     already) is refused with an FsdpOptError naming the bytes, before anything is gathered.
     Under grad mode, forward calls inside the scope are fine, but a backward() while the scope is
     open raises: run backward and the optimizer step after the block (docs/runtime.md,
-    "Unshard scopes"). The parameters inside are gathered copies: writing one in place (an
-    optimizer step, `copy_` of new weights) makes the exit raise, since the reshard drops the
-    write (docs/runtime.md, "Writes to gathered parameters").
+    "Unshard scopes"). The parameters inside are gathered copies: writing one (an optimizer
+    step, `copy_` of new weights, `p.data.copy_(w)`) or giving it new data (`p.data = w`) makes
+    the exit raise, since the reshard drops the write (docs/runtime.md, "Writes to gathered
+    parameters").
 
     The object entered (`with fsdp_opt.unsharded(m) as scope:`) tells what it holds:
     `scope.units` (paths), `scope.bytes` (their full bytes), `scope.collectives` (the gathers

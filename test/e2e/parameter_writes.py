@@ -11,9 +11,11 @@
 #     check-parameter-aliases, the write lands on the gathered copy; the runtime sees the
 #     version move at the reshard and the call raises on every rank, naming the unit, instead
 #     of going on from the unwritten shard as if nothing happened.
-#   - Inside `with fsdp_opt.unsharded(m):` on Copies' rank file, Python halves `fc.weight`: the
-#     scope's exit raises FsdpOptError on every rank, nothing stays gathered, and the next call
-#     is exact (the shard kept its values).
+#   - Inside `with fsdp_opt.unsharded(m):` on Copies' rank file, Python changes `fc.weight` in
+#     the three ways FSDP1 users write with summon_full_params: `mul_` under no_grad, a
+#     `.data.copy_` of new weights (no version moves) and `.data = t` (new storage). Each time
+#     the scope's exit raises FsdpOptError on every rank, saying how the parameter changed,
+#     nothing stays gathered, and the next call is exact (the shard kept its values).
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
@@ -29,6 +31,22 @@ import fsdp_harness as h
 CALLS = 3
 # %s: the unit as the reshard names it ('fc', or 'fc (unshard scope)' for a scope's)
 WRITTEN = "fsdp::reshard(unit '%s'): a parameter ([4, 4] Float) was written in place while gathered"
+# how a write inside a scope changes fc.weight -> what the scope's exit says of it
+SCOPE_WRITES = {
+    "mul_": "was written in place while gathered",
+    "data.copy_": "was written through `.data` or `detach()` (this rank's rows differ from its shard) while gathered",
+    "data =": "was given other storage (`p.data = t` or `set_`) while gathered",
+}
+
+
+def write_in_scope(weight, how):
+    if how == "mul_":
+        with torch.no_grad():
+            weight.mul_(0.5)
+    elif how == "data.copy_":
+        weight.data.copy_(torch.full_like(weight, 0.25))
+    else:
+        weight.data = torch.full_like(weight, 0.25)
 
 
 def rank_main(ctx):
@@ -37,8 +55,8 @@ def rank_main(ctx):
     if ctx.args.get("scope"):
         fsdp_opt = h.fsdp_opt_package()
         try:
-            with fsdp_opt.unsharded(m), torch.no_grad():
-                m.fc.weight.mul_(0.5)
+            with fsdp_opt.unsharded(m):
+                write_in_scope(m.fc.weight, ctx.args["scope"])
             error = None
         except fsdp_opt.FsdpOptError as e:
             error = str(e)
@@ -92,20 +110,24 @@ def main():
                 t.check(len(errors) == CALLS and all(WRITTEN % "fc" in e for e in errors),
                         "%s rank %d without the check: every call raises at the reshard, naming unit 'fc'" % (name, res.rank),
                         str(res.value[0])[:600])
-        if name == "Copies":
-            results = h.run_ranks(2, rank_main, args={"dir": d, "inputs": inputs, "scope": True})
+        if name != "Copies":
+            continue
+        for how, said in SCOPE_WRITES.items():
+            results = h.run_ranks(2, rank_main, args={"dir": d, "inputs": inputs, "scope": how})
             for res in results:
-                if not t.check(res.has_value, "Copies rank %d: a scope with a write ran" % res.rank, h.describe_ranks(results)):
+                if not t.check(res.has_value, "Copies rank %d: a scope with a write (%s) ran" % (res.rank, how),
+                               h.describe_ranks(results)):
                     continue
                 v = res.value
-                t.check(v["error"] is not None and WRITTEN % "fc (unshard scope)" in v["error"],
-                        "Copies rank %d: a write inside fsdp_opt.unsharded makes its exit raise, naming unit 'fc'" % res.rank,
-                        str(v["error"]))
-                t.check(v["unsharded_bytes"] == 0, "Copies rank %d: nothing stays gathered after it" % res.rank,
+                want = "fsdp::reshard(unit 'fc (unshard scope)'): a parameter ([4, 4] Float) " + said
+                t.check(v["error"] is not None and want in v["error"],
+                        "Copies rank %d: a write (%s) inside fsdp_opt.unsharded makes its exit raise, naming unit 'fc'"
+                        % (res.rank, how), str(v["error"]))
+                t.check(v["unsharded_bytes"] == 0, "Copies rank %d (%s): nothing stays gathered after it" % (res.rank, how),
                         str(v["unsharded_bytes"]))
                 t.check(h.same_bits(v["after"], ref[0]) is None,
-                        "Copies rank %d: the next call is bitwise the original's (the shard kept its values)" % res.rank,
-                        str(h.same_bits(v["after"], ref[0])))
+                        "Copies rank %d (%s): the next call is bitwise the original's (the shard kept its values)"
+                        % (res.rank, how), str(h.same_bits(v["after"], ref[0])))
     return t.finish("in-place parameter writes: exact where allowed, refused where they would be lost")
 
 

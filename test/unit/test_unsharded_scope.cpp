@@ -18,6 +18,7 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <functional>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -148,6 +149,46 @@ std::vector<std::string> runRank(int rank, int port) {
   expect(rt::stats().unsharded_bytes == 0, "the written scope is resharded");
   rt::resetStats();
   expect(torch::equal(call(), want), "the next call computes with the unwritten shard");
+
+  // Writes that move no version: through data() (Python's `.data`), and new storage given with
+  // set_data (`p.data = t`). Each is seen at close() all the same.
+  const auto closeMessage = [&](const std::function<void(const at::Tensor&)>& write) {
+    std::string message;
+    rt::UnshardedScope scope(m, {"a"});
+    {
+      torch::NoGradGuard noGrad;
+      write(m.attr("a").toModule().attr("w").toTensor());
+    }
+    try {
+      scope.close();
+    } catch (const std::exception& e) {
+      message = rt::errorKindOf(e) == rt::ErrorKind::kBadInput ? e.what() : "";
+    }
+    return message;
+  };
+  const std::string throughData = closeMessage([](const at::Tensor& w) { w.data().add_(1.0); });
+  expect(throughData.find("fsdp::reshard(unit 'a (unshard scope)'): a parameter ([5, 4] Float) was written through "
+                          "`.data` or `detach()` (this rank's rows differ from its shard) while gathered") !=
+             std::string::npos,
+         "a write through data() inside the scope makes close() raise, naming the unit: " + throughData);
+  const std::string newStorage = closeMessage([](const at::Tensor& w) { w.set_data(torch::zeros_like(w)); });
+  expect(newStorage.find("a parameter ([5, 4] Float) was given other storage (`p.data = t` or `set_`) while "
+                         "gathered") != std::string::npos,
+         "new storage given to a parameter inside the scope makes close() raise: " + newStorage);
+  expect(rt::stats().unsharded_bytes == 0, "both scopes are resharded");
+  rt::resetStats();
+  expect(torch::equal(call(), want), "the next call still computes with the unwritten shard");
+  std::string untouched = "none";
+  try {
+    rt::UnshardedScope scope(m, {"a"});
+    const at::Tensor w = m.attr("a").toModule().attr("w").toTensor();
+    torch::NoGradGuard noGrad;
+    w.data().copy_(w.detach().clone());  // the same bits: nothing is lost
+    scope.close();
+  } catch (const std::exception& e) {
+    untouched = e.what();
+  }
+  expect(untouched == "none", "writing a gathered parameter's own values back is not refused: " + untouched);
   return failures;
 }
 

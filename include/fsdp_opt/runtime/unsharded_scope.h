@@ -32,8 +32,9 @@ namespace runtime {
 /// before its collective. A backward through a unit while a scope is open raises. Every rank
 /// must open and close the same scopes in the same order, as it calls the same entry methods
 /// (a rank opening a scope while another calls an entry method fails with the divergence error).
-/// The parameters inside are gathered copies: a write in place into one (an optimizer step,
-/// `copy_` of new weights) would be dropped by the reshard, so close() reshards and then raises
+/// The parameters inside are gathered copies: a write into one (an optimizer step, `copy_` of
+/// new weights, through `data()` too) or new data given to one (`set_data`) would be dropped by
+/// the reshard, so close() reshards and then raises
 /// (bad-input, naming the unit), and the destructor warns (docs/runtime.md, "Writes to
 /// gathered parameters").
 class UnshardedScope {
