@@ -18,6 +18,7 @@
 # CHECK-DAG: {{^ *--passes }}
 # CHECK-DAG: {{^ *--list-passes }}
 # CHECK-DAG: {{^ *--load-pass-plugin }}
+# CHECK-DAG: {{^ *--load-op-library }}
 # CHECK-DAG: {{^ *--print-ir-after }}
 # CHECK-DAG: {{^ *--print-ir-after-all }}
 # CHECK-DAG: {{^ *--verify-each }}

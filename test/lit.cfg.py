@@ -11,6 +11,7 @@
 #   %runtime_lib       path of libfsdp_runtime.so (also in env FSDP_OPT_RUNTIME_LIB)
 #   %cuda_backend      1 when the build has the CUDA backend (libfsdp_runtime_cuda), else 0
 #   %plugin_lib        path of libfsdp_test_plugin.so (test/plugin: adds the pass count-gathers)
+#   %test_ops_lib      path of libfsdp_test_ops.so (test/ops: registers the op fsdp_test::scaled_tanh)
 #   fsdp-opt, fsdp-run, FileCheck   full paths of the built tools and LLVM's FileCheck
 #   not                LLVM's `not`, where it stands as a command (line start, after | ; &&)
 # Environment: FSDP_OPT_TIMEOUT_S=60 and OMP_NUM_THREADS=1 unless set outside; PATH starts
@@ -92,6 +93,7 @@ config.substitutions.append(("%PYTHON", config.python_executable))
 config.substitutions.append(("%runtime_lib", config.fsdp_runtime_lib))
 config.substitutions.append(("%cuda_backend", str(config.fsdp_opt_cuda_backend)))
 config.substitutions.append(("%plugin_lib", config.fsdp_test_plugin_lib))
+config.substitutions.append(("%test_ops_lib", config.fsdp_test_ops_lib))
 config.substitutions.append((tool("fsdp-opt"), config.fsdp_opt_exe))
 config.substitutions.append((tool("fsdp-run"), config.fsdp_run_exe))
 config.substitutions.append((tool("FileCheck"), config.filecheck_path))

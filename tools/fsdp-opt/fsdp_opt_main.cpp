@@ -3,6 +3,7 @@
 #include <fsdp_opt/passes/deferred_load.h>
 #include <fsdp_opt/passes/diagnostics.h>
 #include <fsdp_opt/fsdp_opt.h>
+#include <fsdp_opt/runtime/op_library.h>
 #include <fsdp_opt/runtime/runtime.h>
 #include <fsdp_opt/passes/output.h>
 #include <fsdp_opt/passes/pass_manager.h>
@@ -36,6 +37,7 @@ struct Flags {
   std::string passes;
   bool listPasses = false;
   std::vector<std::string> plugins;
+  std::vector<std::string> opLibraries;
   std::vector<std::string> printIrAfter;
   bool printIrAfterAll = false;
   bool verifyEach = false;
@@ -77,6 +79,9 @@ int run(const Flags& flags) {
     return 0;
   }
   if (flags.input.empty()) return fail("no input file (usage: fsdp-opt INPUT.pt [options])");
+  for (const auto& library : flags.opLibraries) {
+    if (std::string error = fsdp_opt::runtime::loadOpLibrary(library); !error.empty()) return fail(error);
+  }
   namespace fs = std::filesystem;
   if (!fs::is_regular_file(flags.input)) return fail("cannot read input '" + flags.input + "': no such file");
   if (!flags.output.empty()) {
@@ -119,7 +124,8 @@ int run(const Flags& flags) {
     }
   };
   auto cannotLoad = [&](const std::string& why) {
-    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + why);
+    const std::string hint = fsdp_opt::runtime::missingOpLibraryHint(why, "--load-op-library");
+    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + why + (hint.empty() ? "" : "; " + hint));
   };
   torch::jit::Module module;
   // Parameters stay on disk until the writer cuts each rank's rows (deferred_load.h).
@@ -199,6 +205,10 @@ int main(int argc, char** argv) {
   app.add_option("--passes", flags.passes, "comma-separated pipeline to run instead of the default");
   app.add_flag("--list-passes", flags.listPasses, "list registered passes");
   app.add_option("--load-pass-plugin", flags.plugins, "load a shared library that registers passes");
+  app.add_option("--load-op-library", flags.opLibraries,
+                 "load a shared library that registers ops the model calls (torchvision's _C*.so, a C++ "
+                 "extension), as torch.ops.load_library does (repeatable)")
+      ->type_name("LIB");
   app.add_option("--print-ir-after", flags.printIrAfter, "print the IR after PASS to stderr (repeatable)");
   app.add_flag("--print-ir-after-all", flags.printIrAfterAll, "print the IR after every pass to stderr");
   app.add_flag("--verify-each", flags.verifyEach, "run the verifier after each pass");

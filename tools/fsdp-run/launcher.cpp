@@ -28,6 +28,7 @@
 #include <nlohmann/json.hpp>
 
 #include "fsdp_opt/format.h"
+#include "fsdp_opt/runtime/op_library.h"
 #include "fsdp_opt/runtime/reserved_port.h"
 #include "fsdp_opt/runtime/runtime.h"
 #include "run_torch.h"
@@ -117,6 +118,11 @@ int resolveWorld(const Options& o, Job* job) {
 
 int resolve(const Options& o, Job* job) {
   if (int rc = resolveWorld(o, job); rc != kExitOk) return rc;
+  // Here as well as in every worker: --check loads the original in this process, and a library
+  // that cannot load is one error line, not one per rank.
+  for (const std::string& library : o.opLibraries) {
+    if (std::string err = fsdp_opt::runtime::loadOpLibrary(library); !err.empty()) return usageError(err);
+  }
   job->timeoutS = o.timeout;
   if (job->timeoutS <= 0) {
     try {
@@ -209,6 +215,7 @@ void removeTree(const std::string& dir) {
                                    "--internal-worker-dir=" + tmp};
   if (!o.inputs.empty()) args.push_back("--inputs=" + o.inputs);
   if (!o.check.empty()) args.push_back("--internal-worker-runs-checked");
+  for (const std::string& library : o.opLibraries) args.push_back("--load-op-library=" + library);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
   argv.push_back(nullptr);
@@ -496,6 +503,7 @@ void runWorker(const Options& o) {
   a.rank = o.workerRank;
   a.repeat = o.repeat;
   a.runsCheckedAgainstOriginal = o.workerRunsChecked;
+  a.opLibraries = o.opLibraries;
   const int code = workerMain(a);
   std::fflush(stdout);
   std::fflush(stderr);

@@ -11,6 +11,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 namespace fsdp_run {
 
@@ -33,6 +34,7 @@ struct Options {
   bool stats = false;
   bool verbose = false;
   int repeat = 1;
+  std::vector<std::string> opLibraries;  // --load-op-library, loaded by the launcher and each worker
   // hidden, worker side
   int workerRank = -1;
   std::string workerDir;

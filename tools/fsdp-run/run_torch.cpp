@@ -16,6 +16,7 @@
 #include <torch/script.h>
 
 #include "fsdp_opt/runtime/compare.h"
+#include "fsdp_opt/runtime/op_library.h"
 #include "fsdp_opt/runtime/runtime.h"
 
 namespace fsdp_run {
@@ -63,6 +64,60 @@ std::vector<c10::IValue> argsFrom(const c10::IValue& v, const std::string& path)
                            ", not a tuple or list of positional arguments");
 }
 
+// `value` with its containers typed as `type` says, where its elements fit. torch.save writes a
+// Python list, dict or tuple without element types, and pickle_load reads it back as List[Any]
+// (Dict[Any, Any]), which a method taking List[Tensor] refuses; calling from Python converts it
+// by the method's schema, and so does this. What does not fit is left as it is, for the schema
+// check to name.
+c10::IValue typedAs(const c10::IValue& value, const c10::TypePtr& type) {
+  if (auto optional = type->cast<c10::OptionalType>()) {
+    return value.isNone() ? value : typedAs(value, optional->getElementType());
+  }
+  if (auto list = type->cast<c10::ListType>(); list && value.isList()) {
+    const c10::TypePtr element = list->getElementType();
+    c10::impl::GenericList typed(element);
+    for (const c10::IValue& item : value.toListRef()) {
+      c10::IValue fitted = typedAs(item, element);
+      if (!fitted.type()->isSubtypeOf(*element)) return value;
+      typed.push_back(std::move(fitted));
+    }
+    return typed;
+  }
+  if (auto dict = type->cast<c10::DictType>(); dict && value.isGenericDict()) {
+    c10::impl::GenericDict typed(dict->getKeyType(), dict->getValueType());
+    for (const auto& entry : value.toGenericDict()) {
+      c10::IValue key = typedAs(entry.key(), dict->getKeyType());
+      c10::IValue item = typedAs(entry.value(), dict->getValueType());
+      if (!key.type()->isSubtypeOf(*dict->getKeyType()) || !item.type()->isSubtypeOf(*dict->getValueType())) return value;
+      typed.insert(std::move(key), std::move(item));
+    }
+    return typed;
+  }
+  if (auto tuple = type->cast<c10::TupleType>(); tuple && value.isTuple()) {
+    const auto& items = value.toTupleRef().elements();
+    if (items.size() != tuple->elements().size()) return value;
+    std::vector<c10::IValue> typed;
+    for (size_t i = 0; i < items.size(); ++i) typed.push_back(typedAs(items[i], tuple->elements()[i]));
+    return c10::ivalue::Tuple::create(std::move(typed));
+  }
+  return value;
+}
+
+// The positional arguments typed by the method's schema (its first argument is `self`).
+std::vector<c10::IValue> typedBySchema(std::vector<c10::IValue> args, const c10::FunctionSchema& schema) {
+  for (size_t i = 0; i < args.size() && i + 1 < schema.arguments().size(); ++i) {
+    args[i] = typedAs(args[i], schema.arguments()[i + 1].type());
+  }
+  return args;
+}
+
+// "cannot load PATH: WHY", with how to load the op library it lacks when that is why.
+std::string cannotLoad(const std::string& path, const std::exception& e) {
+  const std::string why = fsdp_opt::runtime::oneLineMessage(e);
+  const std::string hint = fsdp_opt::runtime::missingOpLibraryHint(why, "--load-op-library");
+  return "cannot load " + path + ": " + why + (hint.empty() ? "" : "; " + hint);
+}
+
 std::vector<c10::IValue> deepcopy(const std::vector<c10::IValue>& args) {
   // Copied as one tuple, so aliasing between arguments (the same tensor twice) is kept.
   const c10::IValue copy = c10::IValue(c10::ivalue::Tuple::create(args)).deepcopy();
@@ -81,12 +136,16 @@ int workerMain(const WorkerArgs& args) {
     return code;
   };
 
+  for (const std::string& library : args.opLibraries) {
+    if (std::string err = fsdp_opt::runtime::loadOpLibrary(library); !err.empty()) {
+      return fail(kWorkerBadInput, ErrorKind::kBadInput, err);
+    }
+  }
   torch::jit::Module module;
   try {
     module = torch::jit::load(args.modelPath);
   } catch (const std::exception& e) {
-    return fail(kWorkerBadInput, ErrorKind::kBadInput,
-                "cannot load " + args.modelPath + ": " + fsdp_opt::runtime::oneLineMessage(e));
+    return fail(kWorkerBadInput, ErrorKind::kBadInput, cannotLoad(args.modelPath, e));
   }
   auto method = module.find_method(args.method);
   if (!method) {
@@ -103,6 +162,7 @@ int workerMain(const WorkerArgs& args) {
     }
   }
 
+  inputs = typedBySchema(std::move(inputs), method->function().getSchema());
   // Arguments that do not fit the method's schema are bad input, not a failed run.
   try {
     std::vector<c10::IValue> probe = inputs;
@@ -205,11 +265,12 @@ std::string Checker::runOriginal(const std::string& path, const std::string& met
   try {
     module = torch::jit::load(path);
   } catch (const std::exception& e) {
-    return "cannot load " + path + ": " + fsdp_opt::runtime::oneLineMessage(e);
+    return cannotLoad(path, e);
   }
   auto m = module.find_method(method);
   if (!m) return path + " has no method '" + method + "'";
   impl_->repeat = repeat;
+  impl_->inputs = typedBySchema(std::move(impl_->inputs), m->function().getSchema());
   for (int run = 1; run <= repeat; ++run) {
     c10::IValue out;
     try {

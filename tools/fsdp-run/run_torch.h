@@ -19,6 +19,7 @@ struct WorkerArgs {
   // --check: a run that differs from the first is written to runOutputFile for the launcher to
   // compare with the original's run of the same number, not reported as a mismatch here.
   bool runsCheckedAgainstOriginal = false;
+  std::vector<std::string> opLibraries;  // loaded before the model (--load-op-library)
 };
 
 /// Runs one worker to completion and returns its exit code (WorkerExit); writes its result
