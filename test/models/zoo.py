@@ -863,8 +863,14 @@ def table_line(r):
         md(STATUS_WORDS[r.status] + ("" if r.status == "exact" else ": " + r.parity)))
 
 
-def line_model(line):
-    return line[2:].split(" ", 1)[0]
+def line_model(line, names=()):
+    """The entry a table row is of: the longest of `names` its first cell starts with (a name
+    may hold spaces, "timm/resnet18 (channels_last)", and the cell may add the entry's note
+    after it: a first word would make timm/resnet18 and its channels_last row one, and a
+    filtered run would drop one of them); the cell's first word for a row of no such entry."""
+    cell = line[2:].split(" | ", 1)[0]
+    known = [n for n in names if cell == md(n) or cell.startswith(md(n) + " (")]
+    return max(known, key=len) if known else cell.split(" ", 1)[0]
 
 
 def line_status(line):
@@ -882,7 +888,7 @@ def markdown_section(the_leg, rows, argv, vers, threads, elapsed, previous=None,
     how = "`%s` on %s: %s; %d intra-op thread%s, W=%d, %.0f s in all" % (
         " ".join(argv), when, ", ".join("%s %s" % kv for kv in vers.items()), threads,
         "" if threads == 1 else "s", WORLD, elapsed)
-    lines = {line_model(l): l for l in (previous or {}).get("rows", [])}
+    lines = {line_model(l, order): l for l in (previous or {}).get("rows", [])}
     lines.update({r.entry.name: table_line(r) for r in rows})
     rank = {name: i for i, name in enumerate(order)}
     names = sorted(lines, key=lambda n: (rank.get(n, len(rank)), n))
