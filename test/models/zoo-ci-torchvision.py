@@ -11,4 +11,10 @@
 # CHECK: units 12: root (MobileNetV3), 11 InvertedResidual;
 # CHECK: torchvision/resnet18: EXACT
 # CHECK: units 9: root (ResNet), 8 BasicBlock; {{.*}}; gathers forward 3;
+# A detector (a List[Tensor] of two image sizes; torchvision's op library loaded) and a
+# segmentation model:
+# CHECK: torchvision/fasterrcnn_mobilenet_v3_large_320_fpn: EXACT
+# CHECK: units 16: root (FasterRCNN), 15 InvertedResidual;
+# CHECK: torchvision/lraspp_mobilenet_v3_large: EXACT
+# CHECK: units 16: root (LRASPP), 15 InvertedResidual;
 # CHECK: zoo {{torch2|torch113}} ci: {{[1-9][0-9]*}} exact, 0 cannot work, 0 failed

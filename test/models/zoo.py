@@ -126,11 +126,13 @@ class Entry:
     inputs); `calls` the methods a user calls, in order; `flags` fsdp-opt's unit flags; `legs`
     where it runs ("torch2", "torch113") and `ci` on which of them it is in the CI subset;
     `timeout` bounds fsdp-opt and the ranks, each; `expect_fail`, when set, says why the entry
-    cannot work and is a substring of the failure it must report."""
+    cannot work and is a substring of the failure it must report; `op_library`, when set, names
+    the package whose op library the model calls (fsdp-opt gets --load-op-library, the ranks
+    import the package, as its users' programs do)."""
 
     def __init__(self, name, source, family, make, inputs, input_desc, calls, flags,
                  capture="script", legs=("torch2",), ci=(), note="", expect_fail=None,
-                 timeout=600):
+                 timeout=600, op_library=None):
         self.name = name
         self.source = source
         self.family = family
@@ -145,6 +147,7 @@ class Entry:
         self.note = note
         self.expect_fail = expect_fail
         self.timeout = timeout
+        self.op_library = op_library
 
 
 def images(batch, size):
@@ -251,6 +254,105 @@ def tv_entry(name):
                  tv_make(name), images(batch, size), "%dx3x%dx%d" % (batch, size, size),
                  [Call("forward", [Input()])], flags, legs=LEGS, ci=TV_CI.get(name, ()),
                  note=note, timeout=3600 if name in TV_HUGE else 600)
+
+
+# torchvision beyond classification: every detection, segmentation, video and optical-flow
+# model, scripted as torchvision documents, with the constructor arguments its users pass for
+# small images (min_size/max_size; fewer proposals and detections, every box kept so that the
+# detections are never empty) and their backbones' blocks as units. (name, subpackage, block
+# types or None for explicit units, constructor arguments, input maker, input description,
+# CI legs.) The detectors call torchvision::nms and roi_align: fsdp-opt loads torchvision's op
+# library (--load-op-library), the ranks import torchvision.
+TV_RCNN = dict(box_score_thresh=0.0, rpn_pre_nms_top_n_test=200, rpn_post_nms_top_n_test=100,
+               box_detections_per_img=20, min_size=128, max_size=160)
+TV_ONE_STAGE = dict(score_thresh=0.0, detections_per_img=20, topk_candidates=100)
+
+
+def image_list(*sizes):
+    """One List[Tensor] argument, as torchvision's detectors take their images."""
+    def make(gen):
+        import torch
+        return ([torch.rand(3, hh, ww, generator=gen) for hh, ww in sizes],)
+    return make
+
+
+def clips(t, size):
+    def make(gen):
+        import torch
+        return (torch.rand(1, 3, t, size, size, generator=gen),)
+    return make
+
+
+def image_pair(size):
+    def make(gen):
+        import torch
+        return (torch.rand(1, 3, size, size, generator=gen), torch.rand(1, 3, size, size, generator=gen))
+    return make
+
+
+DET_IMAGES = (image_list((128, 160), (96, 128)), "[3x128x160, 3x96x128]")
+TV_TASKS = [
+    ("fasterrcnn_mobilenet_v3_large_320_fpn", "detection", ["InvertedResidual"],
+     dict(TV_RCNN, min_size=320, max_size=320), *DET_IMAGES, LEGS),
+    ("fasterrcnn_mobilenet_v3_large_fpn", "detection", ["InvertedResidual"], TV_RCNN, *DET_IMAGES, ()),
+    ("fasterrcnn_resnet50_fpn", "detection", ["Bottleneck"], TV_RCNN, *DET_IMAGES, ()),
+    ("fasterrcnn_resnet50_fpn_v2", "detection", ["Bottleneck"], TV_RCNN, *DET_IMAGES, ()),
+    ("maskrcnn_resnet50_fpn", "detection", ["Bottleneck"], TV_RCNN, *DET_IMAGES, ()),
+    ("maskrcnn_resnet50_fpn_v2", "detection", ["Bottleneck"], TV_RCNN, *DET_IMAGES, ()),
+    ("keypointrcnn_resnet50_fpn", "detection", ["Bottleneck"], TV_RCNN, *DET_IMAGES, ()),
+    ("retinanet_resnet50_fpn", "detection", ["Bottleneck"], dict(TV_ONE_STAGE, min_size=128, max_size=160),
+     *DET_IMAGES, ()),
+    ("retinanet_resnet50_fpn_v2", "detection", ["Bottleneck"], dict(TV_ONE_STAGE, min_size=128, max_size=160),
+     *DET_IMAGES, ()),
+    ("fcos_resnet50_fpn", "detection", ["Bottleneck"], dict(TV_ONE_STAGE, min_size=128, max_size=160),
+     *DET_IMAGES, ()),
+    ("ssd300_vgg16", "detection", None, TV_ONE_STAGE, *DET_IMAGES, ()),
+    ("ssdlite320_mobilenet_v3_large", "detection", ["InvertedResidual"], TV_ONE_STAGE, *DET_IMAGES, ()),
+    ("deeplabv3_mobilenet_v3_large", "segmentation", ["InvertedResidual"], {}, images(1, 64), "1x3x64x64", ()),
+    ("deeplabv3_resnet50", "segmentation", ["Bottleneck"], {}, images(1, 64), "1x3x64x64", ()),
+    ("deeplabv3_resnet101", "segmentation", ["Bottleneck"], {}, images(1, 64), "1x3x64x64", ()),
+    ("fcn_resnet50", "segmentation", ["Bottleneck"], {}, images(1, 64), "1x3x64x64", ()),
+    ("fcn_resnet101", "segmentation", ["Bottleneck"], {}, images(1, 64), "1x3x64x64", ()),
+    ("lraspp_mobilenet_v3_large", "segmentation", ["InvertedResidual"], {}, images(1, 64), "1x3x64x64", LEGS),
+    ("r3d_18", "video", ["BasicBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    ("mc3_18", "video", ["BasicBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    ("r2plus1d_18", "video", ["BasicBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    # S3D's last pooling is 2x7x7; MViT's position embeddings are for 16x224x224.
+    ("s3d", "video", ["SepInceptionBlock3D"], {}, clips(16, 224), "1x3x16x224x224", ()),
+    ("mvit_v1_b", "video", ["MultiscaleBlock"], {}, clips(16, 224), "1x3x16x224x224", ()),
+    ("mvit_v2_s", "video", ["MultiscaleBlock"], {}, clips(16, 224), "1x3x16x224x224", ()),
+    ("swin3d_t", "video", ["SwinTransformerBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    ("swin3d_s", "video", ["SwinTransformerBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    ("swin3d_b", "video", ["SwinTransformerBlock"], {}, clips(4, 64), "1x3x4x64x64", ()),
+    # RAFT's correlation pyramid needs feature maps of 16x16 at least: 128x128 images. Its
+    # forward runs the update block 12 times in a loop: units named as a user names them.
+    ("raft_small", "optical_flow", None, {}, image_pair(128), "2 x 1x3x128x128", ()),
+    ("raft_large", "optical_flow", None, {}, image_pair(128), "2 x 1x3x128x128", ()),
+]
+TV_TASK_UNITS = ["--fsdp-unit=feature_encoder", "--fsdp-unit=context_encoder", "--fsdp-unit=update_block"]
+# Torchvision 0.14 (the 1.13 leg's) lacks these.
+TV_TASK_NEWER = {"fasterrcnn_resnet50_fpn_v2", "maskrcnn_resnet50_fpn_v2", "retinanet_resnet50_fpn_v2",
+                 "s3d", "mvit_v1_b", "mvit_v2_s", "swin3d_t", "swin3d_s", "swin3d_b"}
+
+
+def tv_task_make(name, subpackage, kwargs):
+    def make():
+        import importlib
+        module = importlib.import_module("torchvision.models." + subpackage)
+        backbone = {} if subpackage in ("video", "optical_flow") else {"weights_backbone": None}
+        classes = {"num_classes": 5} if subpackage in ("detection", "segmentation") else {}
+        return getattr(module, name)(weights=None, **backbone, **classes, **kwargs)
+    return make
+
+
+def tv_task_entry(name, subpackage, blocks, kwargs, inputs, input_desc, ci):
+    flags = unit_types(*blocks) if blocks else (
+        TV_TASK_UNITS + ["--fsdp-unit=."] if subpackage == "optical_flow" else ["--fsdp-min-unit-params=1000000"])
+    note = "no blocks: units by size" if blocks is None and subpackage != "optical_flow" else ""
+    args = [Input(0), Input(1)] if subpackage == "optical_flow" else [Input(0)]
+    return Entry("torchvision/" + name, "torchvision", subpackage, tv_task_make(name, subpackage, kwargs),
+                 inputs, input_desc, [Call("forward", args)], flags, legs=("torch2",) if name in TV_TASK_NEWER else LEGS, ci=ci, note=note,
+                 op_library="torchvision" if subpackage == "detection" else None)
 
 
 def timm_make(model_name, **kwargs):
@@ -437,6 +539,7 @@ def hf_generate_entry(name, family, model_cls, config_cls, config, block, inputs
 
 def registry():
     entries = [tv_entry(n) for n in TV_MODELS]
+    entries += [tv_task_entry(*t) for t in TV_TASKS]
     entries += [timm_entry(*t) for t in TIMM]
     entries += [timm_channels_last_entry(*t) for t in TIMM_CHANNELS_LAST]
     for t in HF:
@@ -599,9 +702,20 @@ def count_params(module):
     return n
 
 
+def op_library_of(package):
+    """The op library of `package` (torchvision: the _C*.so beside its __init__.py)."""
+    import glob
+    module = __import__(package)
+    found = sorted(glob.glob(os.path.join(os.path.dirname(module.__file__), "_C*.so")))
+    if not found:
+        raise Failure("no op library", "%s has no _C*.so beside %s" % (package, module.__file__))
+    return found[0]
+
+
 def transform(entry, orig_pt, out_dir, row):
     """fsdp-opt with the entry's flags, for W ranks, with --stats."""
-    r = h.fsdp_opt(orig_pt, *entry.flags, "--world-size=%d" % WORLD, "--stats", "-o", out_dir,
+    libraries = ["--load-op-library=" + op_library_of(entry.op_library)] if entry.op_library else []
+    r = h.fsdp_opt(orig_pt, *entry.flags, *libraries, "--world-size=%d" % WORLD, "--stats", "-o", out_dir,
                    timeout=entry.timeout)
     if r.timed_out:
         raise Failure("fsdp-opt timed out", "after %.0f s" % r.elapsed)
@@ -735,7 +849,8 @@ def run_entry_in(entry, opts, row, work):
     gc.collect()
 
     results = h.run_ranks(WORLD, rank_worker, args={"dir": out_dir, "calls": calls_pt,
-                                                    "threads": opts.threads, "repeat": opts.repeat},
+                                                    "threads": opts.threads, "repeat": opts.repeat,
+                                                    "import": entry.op_library},
                           timeout=entry.timeout)
     bad = [r for r in results if not r.ok]
     if bad:
@@ -796,6 +911,8 @@ def rank_worker(ctx):
     the outputs with the collectives each call issued and what it left unsharded."""
     import torch
     torch.set_num_threads(ctx.args["threads"])
+    if ctx.args.get("import"):
+        __import__(ctx.args["import"])  # registers the ops the model calls
     model = ctx.load(ctx.rank_file(ctx.args["dir"]))
     calls = h.torch_load(ctx.args["calls"])[ctx.rank]
     reps = []
@@ -832,11 +949,18 @@ def versions():
 
 
 def unregistered_torchvision(entries):
-    """torchvision classification models this torchvision has and the registry lacks: rows
-    that fail, so that a new torchvision cannot silently grow past the zoo."""
+    """torchvision models (classification, detection, segmentation, video, optical flow) this
+    torchvision has and the registry lacks: rows that fail, so that a new torchvision cannot
+    silently grow past the zoo."""
     import torchvision
+    import torchvision.models.detection
+    import torchvision.models.optical_flow
+    import torchvision.models.segmentation
+    import torchvision.models.video
     known = {e.name for e in entries}
-    return [n for n in torchvision.models.list_models(module=torchvision.models)
+    modules = [torchvision.models, torchvision.models.detection, torchvision.models.segmentation,
+               torchvision.models.video, torchvision.models.optical_flow]
+    return [n for module in modules for n in torchvision.models.list_models(module=module)
             if "torchvision/" + n not in known]
 
 
@@ -928,9 +1052,10 @@ def read_section(path, the_leg):
 
 DOC_HEAD = """# Model zoo
 
-Real models through fsdp-opt: every torchvision classification model, the smallest variant of
-a dozen timm families (`timm.create_model(name, scriptable=True)`, random weights) and
-Hugging Face decoders and encoders traced from small random configs. Each is sharded for 2
+Real models through fsdp-opt: every torchvision model (classification, detection,
+segmentation, video, optical flow), the smallest variant of a dozen timm families
+(`timm.create_model(name, scriptable=True)`, random weights) and Hugging Face decoders and
+encoders traced from small random configs. Each is sharded for 2
 ranks with the flags in the table (its blocks or layers as units by type, the root a unit;
 FSDP1's size policy where a model has no blocks), and every method a user calls
 (`forward_features`, `forward_head`, `forward`) is run twice on both ranks and compared bit
@@ -939,7 +1064,9 @@ for bit with the original archive run in one process at the same thread count. T
 in the README's scripted greedy `generate` ("Greedy decoding with a Hugging Face model"),
 sharded with its flags, and each rank decodes its own prompt (rank 0 stops at an eos its
 tokens reach, rank 1 runs all 8 steps); its tokens must be bitwise its own unsharded run's,
-and a call must issue the one all-gather `fsdp-opt --stats` predicts.
+and a call must issue the one all-gather `fsdp-opt --stats` predicts. torchvision's detectors
+take their images as one `List[Tensor]` and call `torchvision::nms`: fsdp-opt loads
+torchvision's op library with `--load-op-library`, the ranks import torchvision.
 
 Columns: *units*, how many and of which module types; *parameters*, elements (a tied
 parameter once); *bytes per rank*, the parameter bytes one rank holds (its shards plus
