@@ -78,6 +78,10 @@ class Original(torch.nn.Module):
         return self.b1(F.embedding(ids, self.emb))
 
     @torch.jit.export
+    def grad_mode(self, ids, scale: float) -> bool:
+        return torch.is_grad_enabled()
+
+    @torch.jit.export
     def counted(self, ids, scale: float) -> Tuple[torch.Tensor, int]:
         # state across calls: the same inputs give different outputs from call to call
         self.calls += 1
@@ -132,6 +136,11 @@ class Rewritten(torch.nn.Module):
         torch.ops.fsdp.reshard(f1, "b1")
         torch.ops.fsdp.reshard(root, ".")
         return h
+
+    @torch.jit.export
+    def grad_mode(self, ids, scale: float) -> bool:
+        torch.ops.fsdp.check_rank(self._fsdp_rank, self._fsdp_world_size, self._fsdp_manifest_sha256)
+        return torch.is_grad_enabled()
 
     @torch.jit.export
     def counted(self, ids, scale: float) -> Tuple[torch.Tensor, int]:
@@ -251,6 +260,17 @@ def main():
             check("drifting rank exit", rc == 1, "rc %d %s %s" % (rc, out, err))
             check("drifting rank lines", ("rank 0: outputs bitwise identical to " + orig) in out
                   and "rank 1: MISMATCH: run 2 of 3: output[0]" in out, out)
+
+            # Grad mode: on by default, as a C++ program starts; off with --no-grad, on the ranks
+            # and for the original alike.
+            for flag, want in ((None, True), ("--no-grad", False)):
+                prefix = os.path.join(tmp, "grad%s" % ("off" if flag else "on"))
+                rc, out, err = run([fr, d2, "--inputs=" + inputs, "--method=grad_mode", "--check=" + orig,
+                                    "--save-outputs=" + prefix] + ([flag] if flag else []))
+                seen = [torch.load(prefix + ".%s.pt" % who, weights_only=False)
+                        for who in ("rank0", "rank1", "original") if os.path.exists(prefix + ".%s.pt" % who)]
+                check("grad mode %s" % (flag or "(default)"), rc == 0 and seen == [want] * 3,
+                      "rc %d %s %s %s" % (rc, seen, out, err))
 
             # --nproc larger than the files' world size: missing rank file.
             rc, out, err = run([fr, d2, "--inputs=" + inputs, "--nproc=3"])

@@ -3,7 +3,7 @@
 //
 //   fsdp-run DIR [--method=NAME] [--inputs=FILE] [--nproc=N] [--check=ORIGINAL.pt]
 //                [--timeout=S] [--save-outputs=PREFIX] [--stats] [--repeat=N]
-//                [--load-op-library=LIB]...
+//                [--no-grad] [--load-op-library=LIB]...
 //
 // This file parses the flags and hands over to the launcher (launcher.h: resolve, spawn,
 // supervise, report) or, in the processes the launcher starts (hidden --internal-worker-*
@@ -56,6 +56,9 @@ int main(int argc, char** argv) {
                  "run k of the original (run N times in this process); without, every run must "
                  "equal the first")
       ->check(CLI::Range(1, 1000000));
+  app.add_flag("--no-grad", o.noGrad,
+               "run the method (and the original, with --check) under torch.no_grad(), as inference "
+               "code calls it; default: grad mode on, as a C++ program starts");
   app.add_option("--load-op-library", o.opLibraries,
                  "load a shared library that registers ops the model calls (torchvision's _C*.so, a "
                  "C++ extension) in the launcher and every rank, as torch.ops.load_library does "

@@ -138,7 +138,7 @@ int resolve(const Options& o, Job* job) {
     if (!isFile(o.check)) return usageError(o.check + ": no such file");
     // The reference runs unsharded in this process: world size 1, whatever the environment.
     for (const char* v : {"RANK", "WORLD_SIZE", "LOCAL_RANK", "MASTER_PORT"}) ::unsetenv(v);
-    if (std::string err = job->checker.runOriginal(o.check, o.method, o.repeat); !err.empty()) {
+    if (std::string err = job->checker.runOriginal(o.check, o.method, o.repeat, o.noGrad); !err.empty()) {
       return usageError(err);
     }
   }
@@ -215,6 +215,7 @@ void removeTree(const std::string& dir) {
                                    "--internal-worker-dir=" + tmp};
   if (!o.inputs.empty()) args.push_back("--inputs=" + o.inputs);
   if (!o.check.empty()) args.push_back("--internal-worker-runs-checked");
+  if (o.noGrad) args.push_back("--no-grad");
   for (const std::string& library : o.opLibraries) args.push_back("--load-op-library=" + library);
   std::vector<char*> argv;
   for (std::string& a : args) argv.push_back(a.data());
@@ -502,6 +503,7 @@ void runWorker(const Options& o) {
   a.outDir = o.workerDir;
   a.rank = o.workerRank;
   a.repeat = o.repeat;
+  a.noGrad = o.noGrad;
   a.runsCheckedAgainstOriginal = o.workerRunsChecked;
   a.opLibraries = o.opLibraries;
   const int code = workerMain(a);

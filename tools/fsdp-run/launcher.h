@@ -34,6 +34,7 @@ struct Options {
   bool stats = false;
   bool verbose = false;
   int repeat = 1;
+  bool noGrad = false;
   std::vector<std::string> opLibraries;  // --load-op-library, loaded by the launcher and each worker
   // hidden, worker side
   int workerRank = -1;

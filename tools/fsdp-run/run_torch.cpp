@@ -177,6 +177,8 @@ int workerMain(const WorkerArgs& args) {
   fsdp_opt::runtime::resetStats();
   c10::IValue first;
   std::string mismatch;
+  std::optional<torch::NoGradGuard> noGrad;
+  if (args.noGrad) noGrad.emplace();
   for (int rep = 0; rep < args.repeat; ++rep) {
     c10::IValue out;
     try {
@@ -260,7 +262,7 @@ std::string Checker::loadInputs(const std::string& path) {
 }
 
 std::string Checker::runOriginal(const std::string& path, const std::string& method,
-                                 int repeat) {
+                                 int repeat, bool noGrad) {
   torch::jit::Module module;
   try {
     module = torch::jit::load(path);
@@ -270,6 +272,8 @@ std::string Checker::runOriginal(const std::string& path, const std::string& met
   auto m = module.find_method(method);
   if (!m) return path + " has no method '" + method + "'";
   impl_->repeat = repeat;
+  std::optional<torch::NoGradGuard> noGradGuard;
+  if (noGrad) noGradGuard.emplace();
   impl_->inputs = typedBySchema(std::move(impl_->inputs), m->function().getSchema());
   for (int run = 1; run <= repeat; ++run) {
     c10::IValue out;

@@ -16,6 +16,7 @@ struct WorkerArgs {
   std::string outDir;      // where the files of worker_files.h go
   int rank = 0;
   int repeat = 1;
+  bool noGrad = false;  // --no-grad: every run under torch::NoGradGuard
   // --check: a run that differs from the first is written to runOutputFile for the launcher to
   // compare with the original's run of the same number, not reported as a mismatch here.
   bool runsCheckedAgainstOriginal = false;
@@ -35,7 +36,7 @@ class Checker {
   std::string loadInputs(const std::string& path);
   /// Runs ORIGINAL.pt's `method` `repeat` times on the inputs in this process (on one loaded
   /// module, so state it keeps across calls carries over as on the ranks). Returns "" or an error.
-  std::string runOriginal(const std::string& path, const std::string& method, int repeat);
+  std::string runOriginal(const std::string& path, const std::string& method, int repeat, bool noGrad);
   /// Saves the original's outputs (torch::pickle_save). Returns "" or an error.
   std::string saveOriginal(const std::string& path) const;
   /// Compares each of rank `rank`'s runs (its files in the run's directory `dir`) with the
