@@ -335,22 +335,23 @@ void checkRank(int64_t rank, int64_t world, int64_t shardGroupSize, const std::s
                  "within ",
                  st.timeout.count() / 1000.0, " s; a peer may have died: ", describeException(e)));
   }
-  if (std::any_of(shas.begin(), shas.end(), [&](const std::string& other) { return other != published; })) {
-    // Every rank is about to raise. Rank 0 hosts the store: exiting at once, it would leave
-    // the ranks still reading with a closed connection instead of the error below. So every
-    // rank says it has read everything, and rank 0 waits for that, briefly (best effort).
-    try {
-      st.store->set(round + "read/" + std::to_string(st.info.rank), std::vector<uint8_t>{1});
-      if (st.info.rank == 0) {
-        std::vector<std::string> keys;
-        for (int r = 1; r < st.info.world; ++r) {
-          // A rank that published a note instead of its hash raised at once and reads nothing.
-          if (shas[static_cast<size_t>(r)].rfind(kWrongFile, 0) != 0) keys.push_back(round + "read/" + std::to_string(r));
-        }
-        if (!keys.empty()) st.store->wait(keys, std::min(std::chrono::milliseconds(5000), st.timeout));
+  // Rank 0 hosts the store (unless torchrun's agent does). Returning at once, it could exit
+  // while the others are still reading: before the error below when the files disagree, or,
+  // when they agree, after an entry method that issues no collective (a helper that returns a
+  // setting), and the others would fail with a closed connection instead. So every rank says
+  // it has read everything, and rank 0 waits for that, briefly (best effort: a peer that died
+  // meanwhile is the next collective's to report). Once per manifest, at its first check.
+  try {
+    st.store->set(round + "read/" + std::to_string(st.info.rank), std::vector<uint8_t>{1});
+    if (st.info.rank == 0) {
+      std::vector<std::string> keys;
+      for (int r = 1; r < st.info.world; ++r) {
+        // A rank that published a note instead of its hash raised at once and reads nothing.
+        if (shas[static_cast<size_t>(r)].rfind(kWrongFile, 0) != 0) keys.push_back(round + "read/" + std::to_string(r));
       }
-    } catch (const std::exception&) {
+      if (!keys.empty()) st.store->wait(keys, std::min(std::chrono::milliseconds(5000), st.timeout));
     }
+  } catch (const std::exception&) {
   }
   for (int r = 0; r < st.info.world; ++r) {
     const std::string& other = shas[static_cast<size_t>(r)];
