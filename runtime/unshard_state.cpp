@@ -212,15 +212,20 @@ void pointAt(const at::Tensor& dst, const at::Tensor& src) {
            src.storage_offset());
 }
 
+// The shard as a tensor of its own (the parameter holds the full storage meanwhile).
+at::Tensor tensorAt(const ShardPlace& shard) {
+  at::Tensor t = at::empty({0}, at::TensorOptions().dtype(shard.dtype).device(shard.device));
+  t.set_(shard.storage, shard.offset, shard.sizes, shard.strides);
+  return t;
+}
+
 // Points `dst` back at its shard, as pointAt does with a tensor (the same fields, the version kept
 // unless the dtype changes). A tensor whose metadata may not change through the setters (made
 // by `.data` or `detach()`) goes through set_data, as pointAt's tensors do.
 void pointBack(const at::Tensor& dst, const ShardPlace& shard) {
   c10::TensorImpl* impl = dst.unsafeGetTensorImpl();
   if (!impl->allow_tensor_metadata_change()) {
-    at::Tensor src = at::empty({0}, at::TensorOptions().dtype(shard.dtype).device(shard.device));
-    src.set_(shard.storage, shard.offset, shard.sizes, shard.strides);
-    pointAt(dst, src);
+    pointAt(dst, tensorAt(shard));
     return;
   }
   setPlace(impl, shard.storage, shard.dtype, shard.sizes, shard.strides, shard.offset);
@@ -239,13 +244,6 @@ void swapTo(GatheredParam& g, const at::Tensor& full) {
   g.versions.clear();
   for (const at::Tensor& p : g.params) g.versions.push_back(versionOf(p));
   g.fullStorage = g.params.front().storage().unsafeGetStorageImpl();
-}
-
-// The shard as a tensor of its own (the parameter holds the full storage meanwhile).
-at::Tensor tensorAt(const ShardPlace& shard) {
-  at::Tensor t = at::empty({0}, at::TensorOptions().dtype(shard.dtype).device(shard.device));
-  t.set_(shard.storage, shard.offset, shard.sizes, shard.strides);
-  return t;
 }
 
 // Whether this rank's rows of `g`'s full parameter still hold its shard's values, bit for bit
@@ -270,20 +268,21 @@ bool ownRowsMatchShard(const GatheredParam& g) {
 // `compareRows`, a write through `.data` or `detach()`, which does neither, shows in the rows.
 std::string changeWhileGathered(const GatheredParam& g, bool compareRows) {
   if (!g.swapped) return {};  // the shard itself: a write stays
-  const at::Tensor& first = g.params.front();
-  const std::string what = c10::str("a parameter (", first.sizes(), " ", first.scalar_type(), ")");
+  // Named only when something changed: every reshard comes through here.
+  const auto changed = [&](const char* how) {
+    const at::Tensor& first = g.params.front();
+    return c10::str("a parameter (", first.sizes(), " ", first.scalar_type(), ") ", how);
+  };
   for (const at::Tensor& p : g.params) {
     if (!p.has_storage() || p.storage().unsafeGetStorageImpl() != g.fullStorage) {
-      return what + " was given other storage (`p.data = t` or `set_`)";
+      return changed("was given other storage (`p.data = t` or `set_`)");
     }
   }
   for (size_t i = 0; i < g.params.size() && i < g.versions.size(); ++i) {
-    if (g.versions[i] != kNoVersion && versionOf(g.params[i]) != g.versions[i]) {
-      return what + " was written in place";
-    }
+    if (g.versions[i] != kNoVersion && versionOf(g.params[i]) != g.versions[i]) return changed("was written in place");
   }
   if (compareRows && !ownRowsMatchShard(g)) {
-    return what + " was written through `.data` or `detach()` (this rank's rows differ from its shard)";
+    return changed("was written through `.data` or `detach()` (this rank's rows differ from its shard)");
   }
   return {};
 }
