@@ -46,18 +46,18 @@ std::string loadOpLibrary(const std::string& path) {
   return "cannot load op library '" + path + "': " + (why != nullptr ? why : "unknown reason");
 }
 
-std::string missingOpLibraryHint(const std::string& loadError, const std::string& flag) {
+std::string withMissingOpLibraryHint(const std::string& loadError) {
   static const std::regex unknownOp("Unknown builtin op: ([A-Za-z_][A-Za-z0-9_]*)::([A-Za-z_][A-Za-z0-9_]*)");
   std::smatch match;
-  if (!std::regex_search(loadError, match, unknownOp)) return {};
+  if (!std::regex_search(loadError, match, unknownOp)) return loadError;
   const std::string ns = match[1];
-  if (ns == "aten" || ns == "prim" || ns == "fsdp" || ns == "fsdp_opt") return {};
-  std::string hint = "the model calls " + ns + "::" + std::string(match[2]) +
-                     ", an op its own library registers: load that library with " + flag + "=PATH";
+  if (ns == "aten" || ns == "prim" || ns == "fsdp" || ns == "fsdp_opt") return loadError;
+  std::string hinted = loadError + "; the model calls " + ns + "::" + std::string(match[2]) +
+                       ", an op its own library registers: load that library with --load-op-library=PATH";
   if (ns == "torchvision") {
-    hint += " (torchvision's is the _C*.so beside the file `python -c 'import torchvision; print(torchvision.__file__)'` prints)";
+    hinted += " (torchvision's is the _C*.so beside the file `python -c 'import torchvision; print(torchvision.__file__)'` prints)";
   }
-  return hint;
+  return hinted;
 }
 
 }  // namespace runtime

@@ -124,8 +124,8 @@ int run(const Flags& flags) {
     }
   };
   auto cannotLoad = [&](const std::string& why) {
-    const std::string hint = fsdp_opt::runtime::missingOpLibraryHint(why, "--load-op-library");
-    return fail("cannot load '" + flags.input + "' as a TorchScript module: " + why + (hint.empty() ? "" : "; " + hint));
+    return fail("cannot load '" + flags.input + "' as a TorchScript module: " +
+                fsdp_opt::runtime::withMissingOpLibraryHint(why));
   };
   torch::jit::Module module;
   // Parameters stay on disk until the writer cuts each rank's rows (deferred_load.h).

@@ -113,9 +113,7 @@ std::vector<c10::IValue> typedBySchema(std::vector<c10::IValue> args, const c10:
 
 // "cannot load PATH: WHY", with how to load the op library it lacks when that is why.
 std::string cannotLoad(const std::string& path, const std::exception& e) {
-  const std::string why = fsdp_opt::runtime::oneLineMessage(e);
-  const std::string hint = fsdp_opt::runtime::missingOpLibraryHint(why, "--load-op-library");
-  return "cannot load " + path + ": " + why + (hint.empty() ? "" : "; " + hint);
+  return "cannot load " + path + ": " + fsdp_opt::runtime::withMissingOpLibraryHint(fsdp_opt::runtime::oneLineMessage(e));
 }
 
 std::vector<c10::IValue> deepcopy(const std::vector<c10::IValue>& args) {

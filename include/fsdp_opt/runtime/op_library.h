@@ -15,11 +15,11 @@ namespace runtime {
 /// does nothing. Returns "" or one line naming the library and the loader's reason.
 std::string loadOpLibrary(const std::string& path);
 
-/// For an error from loading a model, a sentence telling how to load the op library it lacks,
-/// when the error is TorchScript's "Unknown builtin op: NS::NAME" for a namespace no built-in
-/// library registers (torchvision::nms: "... --load-op-library=torchvision's _C.so ...");
-/// otherwise "". `flag` is how the caller's users pass a library ("--load-op-library").
-std::string missingOpLibraryHint(const std::string& loadError, const std::string& flag);
+/// An error from loading a model, followed by how to load the op library it lacks ("; the model
+/// calls torchvision::nms, ... load that library with --load-op-library=PATH ...") when it is
+/// TorchScript's "Unknown builtin op: NS::NAME" for a namespace no built-in library registers;
+/// otherwise the error as it is. Both tools take the library as --load-op-library.
+std::string withMissingOpLibraryHint(const std::string& loadError);
 
 }  // namespace runtime
 }  // namespace fsdp_opt
