@@ -42,6 +42,17 @@ bool writeBytes(const std::string& path, const std::vector<char>& data) {
   return writeFileAtomically(path, std::string(data.begin(), data.end()));
 }
 
+// Writes `value` with torch::jit::pickle_save. Returns "" or "cannot write PATH" / "cannot
+// serialize WHAT: WHY".
+std::string savePickle(const std::string& path, const c10::IValue& value, const std::string& what) {
+  try {
+    if (!writeBytes(path, torch::jit::pickle_save(value))) return "cannot write " + path;
+  } catch (const std::exception& e) {
+    return "cannot serialize " + what + ": " + fsdp_opt::runtime::oneLineMessage(e);
+  }
+  return {};
+}
+
 // Loads a torch.save'd / pickle_save'd value.
 c10::IValue loadPickle(const std::string& path) {
   std::vector<char> bytes;
@@ -205,26 +216,13 @@ int workerMain(const WorkerArgs& args) {
                  "compared with the original's run of the same number)";
       continue;
     }
-    const std::string path = runOutputFile(args.outDir, args.rank, rep + 1);
-    try {
-      if (!writeBytes(path, torch::jit::pickle_save(out))) {
-        return fail(kWorkerFailed, ErrorKind::kInternal, "cannot write " + path);
-      }
-    } catch (const std::exception& e) {
-      return fail(kWorkerFailed, ErrorKind::kInternal,
-                  "cannot serialize run " + std::to_string(rep + 1) +
-                      "'s outputs: " + fsdp_opt::runtime::oneLineMessage(e));
-    }
+    const std::string err = savePickle(runOutputFile(args.outDir, args.rank, rep + 1), out,
+                                       "run " + std::to_string(rep + 1) + "'s outputs");
+    if (!err.empty()) return fail(kWorkerFailed, ErrorKind::kInternal, err);
   }
 
-  try {
-    if (!writeBytes(outputFile(args.outDir, args.rank), torch::jit::pickle_save(first))) {
-      return fail(kWorkerFailed, ErrorKind::kInternal,
-                  "cannot write " + outputFile(args.outDir, args.rank));
-    }
-  } catch (const std::exception& e) {
-    return fail(kWorkerFailed, ErrorKind::kInternal,
-                "cannot serialize the outputs: " + fsdp_opt::runtime::oneLineMessage(e));
+  if (std::string err = savePickle(outputFile(args.outDir, args.rank), first, "the outputs"); !err.empty()) {
+    return fail(kWorkerFailed, ErrorKind::kInternal, err);
   }
   std::ostringstream stats;
   for (const auto& kv : fsdp_opt::runtime::stats().items()) {
@@ -292,12 +290,7 @@ std::string Checker::runOriginal(const std::string& path, const std::string& met
 }
 
 std::string Checker::saveOriginal(const std::string& path) const {
-  try {
-    if (!writeBytes(path, torch::jit::pickle_save(impl_->reference))) return "cannot write " + path;
-  } catch (const std::exception& e) {
-    return "cannot serialize the original's outputs: " + fsdp_opt::runtime::oneLineMessage(e);
-  }
-  return {};
+  return savePickle(path, impl_->reference, "the original's outputs");
 }
 
 std::string Checker::compare(const std::string& dir, int rank, std::string* diff) const {
