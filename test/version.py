@@ -10,7 +10,7 @@
 # The version is the one the manifest records as tool_version.
 # RUN: %python -m fsdp_models two_blocks -o %t.pt
 # RUN: rm -rf %t.out
-# RUN: fsdp-opt %t.pt --world-size=2 -o %t.out
+# RUN: fsdp-opt %t.pt --fsdp-unit=. --world-size=2 -o %t.out
 # RUN: fsdp-opt --version > %t.version
 # RUN: %python %s %t.out/manifest.json %t.version | FileCheck %s --check-prefix=SAME
 # SAME: same version: True

@@ -67,6 +67,9 @@ struct ModuleSource {
   // load and the pipeline); used when sha256 is empty. The writer waits for it only when a rank
   // file first needs the manifest's hash, after that file's tensors are written.
   std::shared_future<std::string> pendingSha256;
+  // Extra files (torch.jit.save's `_extra_files`: a model's config, its tokenizer) that every
+  // file written carries, as the input file held them (readExtraFiles).
+  torch::jit::ExtraFilesMap extraFiles;
 };
 
 // Writes the result of a transform as `fsdp-opt -o` does (fsdp-opt calls it): DIR/rank{r}.pt

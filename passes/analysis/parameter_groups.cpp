@@ -18,6 +18,7 @@
 
 #include "../ir/module_tree.h"
 
+#include <algorithm>
 #include <map>
 #include <set>
 
@@ -75,6 +76,61 @@ bool groupedParametersOnlyInSlots(const ModuleIndex& index, const FsdpPlan& plan
     }
   }
   return ok;
+}
+
+// The first parameter of the model that can be sharded (not 0-dim), as a path; empty when none.
+std::string firstShardableParameter(const ModuleIndex& index) {
+  for (const auto& [path, module] : index.modules()) {
+    for (const auto& item : module.named_parameters(/*recurse=*/false)) {
+      if (item.value.defined() && item.value.dim() > 0) return path.empty() ? item.name : path + "." + item.name;
+    }
+  }
+  return "";
+}
+
+// Where a model without a shardable parameter keeps its weights, as the end of an error message;
+// empty when nothing says.
+std::string whereTheWeightsAre(const ModuleIndex& index) {
+  // torch.jit.freeze (and optimize_for_inference, which freezes) inlines every parameter into the
+  // graphs as a constant and drops the submodules that held them.
+  int64_t constants = 0;
+  int64_t constantBytes = 0;
+  forEachMethod(index.modules().front().second, MethodScope::kEveryType, [&](const VisitedMethod& method) {
+    forEachNode(method.graph->block(), [&](torch::jit::Node* node) {
+      if (node->kind() != c10::prim::Constant || !node->output()->type()->isSubtypeOf(*c10::TensorType::get())) return;
+      const at::Tensor value = node->t(c10::attr::value);
+      ++constants;
+      constantBytes += static_cast<int64_t>(value.numel()) * static_cast<int64_t>(value.element_size());
+    });
+    return 0;
+  });
+  // Quantized and prepacked modules hold their weights in objects of classes registered in C++
+  // (torch.classes), which are opaque to a sharder.
+  std::vector<std::string> packed;
+  for (const auto& [path, module] : index.modules()) {
+    const auto& type = module.type();
+    for (size_t i = 0; i < type->numAttributes(); ++i) {
+      auto attributeClass = type->getAttribute(i)->cast<c10::ClassType>();
+      if (!attributeClass || attributeClass->is_module() || !attributeClass->name()) continue;
+      const std::string name = attributeClass->name()->qualifiedName();
+      const std::string prefix = "__torch__.torch.classes.";
+      if (name.rfind(prefix, 0) != 0) continue;
+      packed.push_back("'" + (path.empty() ? "" : path + ".") + type->getAttributeName(i) + "' (" +
+                       name.substr(prefix.size()) + ")");
+    }
+  }
+  if (!packed.empty()) {
+    return "the model keeps its weights in " + std::to_string(packed.size()) + " packed object(s) of C++ classes, " +
+           packed.front() + (packed.size() > 1 ? " and others" : "") +
+           ", which fsdp-opt cannot shard; shard the model before it is quantized or prepacked";
+  }
+  if (constantBytes > 0) {
+    return "the model's weights are " + std::to_string(constants) + " tensor constants (" +
+           std::to_string(constantBytes) +
+           " bytes) in its graphs, as torch.jit.freeze and torch.jit.optimize_for_inference leave "
+           "them; run fsdp-opt on the scripted model before freezing it";
+  }
+  return "";
 }
 
 }  // namespace
@@ -148,6 +204,41 @@ bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diag
     plan.units[unitIdx].params.push_back(std::move(param));
   }
   return groupedParametersOnlyInSlots(index, plan, diagnostics) && ok;
+}
+
+// A plan that shards nothing is refused: every rank file would hold the whole model, which a user
+// who asked for sharding would not notice until memory ran out. The error says where the weights
+// are when they are not parameters (graph constants of a frozen model, packed objects of a
+// quantized one). With no unit at all this holds only from two ranks on: at world size 1
+// nothing is sharded anyway, and --print-ir of a model without units is a way to read its IR.
+bool checkSomethingIsSharded(const torch::jit::Module& root, int64_t worldSize, const FsdpPlan& plan,
+                             DiagnosticSink& diagnostics) {
+  const bool anyGrouped =
+      std::any_of(plan.units.begin(), plan.units.end(), [](const Unit& unit) { return !unit.params.empty(); });
+  if (anyGrouped || (plan.units.empty() && worldSize <= 1)) return true;
+  const ModuleIndex index(root);
+  const std::string parameter = firstShardableParameter(index);
+  std::string why;
+  if (!parameter.empty()) {
+    why = plan.units.empty() ? "designate units with --fsdp-unit, --fsdp-unit-type, --fsdp-min-unit-params or a "
+                               "`_fsdp_unit` marker"
+                             : "parameter '" + parameter +
+                                   "' and any others are above every unit; designate the modules that hold them";
+  } else {
+    why = whereTheWeightsAre(index);
+    if (why.empty()) why = "the model has no parameter that can be sharded";
+  }
+  if (plan.units.empty()) {
+    diagnostics.error(kOrigin, "no module is an FSDP unit, so each of the " + std::to_string(worldSize) +
+                                   " rank files would hold the whole model: " + why);
+    return false;
+  }
+  std::string listed;
+  for (size_t i = 0; i < plan.units.size() && i < 4; ++i) listed += (i ? ", '" : "'") + displayPath(plan.units[i].path) + "'";
+  if (plan.units.size() > 4) listed += ", ... (" + std::to_string(plan.units.size()) + " in all)";
+  diagnostics.error(kOrigin, "no FSDP unit holds a parameter to shard (units: " + listed +
+                                 "), so every rank file would hold the whole model: " + why);
+  return false;
 }
 
 }  // namespace fsdp_opt

@@ -73,9 +73,10 @@ void writeOutput(TransformResult& result, const PipelineOptions& options, const 
     return buildManifest(result.module, plan, input);
   };
   if (options.worldSize == 1) {
-    writeSingleFile(result.module, sha256Hex(manifestText()), output, source.parameters.get());
+    writeSingleFile(result.module, sha256Hex(manifestText()), output, source.parameters.get(), source.extraFiles);
   } else {
-    writeShardedDirectory(result.module, plan, mesh, manifestText, output, source.parameters.get());
+    writeShardedDirectory(result.module, plan, mesh, manifestText, output, source.parameters.get(),
+                          source.extraFiles);
   }
 }
 

@@ -43,7 +43,8 @@ const FsdpPlan* PassContext::plan() {
     planAttempted_ = true;
     FsdpPlan plan;
     if (findUnits(module_, options_, diagnostics_, plan) &&
-        collectParameterGroups(module_, diagnostics_, plan)) {
+        collectParameterGroups(module_, diagnostics_, plan) &&
+        checkSomethingIsSharded(module_, options_.worldSize, plan, diagnostics_)) {
       plan_ = std::move(plan);
     }
   }

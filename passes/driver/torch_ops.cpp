@@ -71,11 +71,14 @@ std::tuple<c10::IValue, std::vector<DiagnosticTuple>, std::vector<StatisticTuple
 }
 
 std::tuple<std::vector<DiagnosticTuple>, std::vector<StatisticTuple>> saveOp(
-    c10::IValue module, std::vector<std::string> optionItems, std::string output, std::vector<std::string> passes) {
+    c10::IValue module, std::vector<std::string> optionItems, std::string output, std::vector<std::string> passes,
+    c10::Dict<std::string, std::string> extraFiles) {
   PipelineOptions options = optionsFrom(optionItems);
   TransformResult result = transform(moduleFrom(module), options, passes);
   std::vector<DiagnosticTuple> diagnostics = checkedDiagnostics(result);
-  writeOutput(result, options, output);
+  ModuleSource source;
+  for (const auto& item : extraFiles) source.extraFiles.emplace(item.key(), item.value());
+  writeOutput(result, options, output, source);
   return {diagnostics, statisticsOf(result)};
 }
 
@@ -127,7 +130,10 @@ TORCH_LIBRARY(fsdp_opt, m) {
   m.def("transform(Any module, str[] options, int rank, str[] passes, bool sync_module_states=False) "
         "-> (Any, (str, str, str)[], (str, str)[])",
         transformOp);
-  m.def("save(Any module, str[] options, str output, str[] passes) -> ((str, str, str)[], (str, str)[])", saveOp);
+  // extra_files: written into every file as torch.jit.save's `_extra_files` are.
+  m.def("save(Any module, str[] options, str output, str[] passes, Dict(str, str) extra_files) "
+        "-> ((str, str, str)[], (str, str)[])",
+        saveOp);
   // "" or the first error of those items, naming the option by its Python keyword.
   m.def("check_options(str[] options) -> str", checkOptionsOp);
   m.def("list_passes() -> str[]", listPassesOp);

@@ -166,9 +166,10 @@ class PieceWriter {
 };
 
 // torch::jit::save, written in pieces.
-void saveInPieces(const torch::jit::Module& module, const std::string& path) {
+void saveInPieces(const torch::jit::Module& module, const std::string& path,
+                  const torch::jit::ExtraFilesMap& extraFiles = {}) {
   PieceWriter file(path);
-  torch::jit::ExportModule(module, file.function());
+  torch::jit::ExportModule(module, file.function(), extraFiles);
   file.close();
 }
 
@@ -289,7 +290,8 @@ std::vector<char> finalPickle(const torch::jit::Module& module, const std::vecto
 }
 
 // Writes a rank file: `records` as data/0, data/1, ..., then data.pkl (`dataPickle` may wait for
-// it), then every record of `codeSource` that is not data, stored. The input's pages a record
+// it), then every record of `codeSource` that is not data (code, debug info, constants, extra
+// files), stored. The input's pages a record
 // was read from are dropped from this process as soon as it is written, so that a rank file
 // holds at most the records in flight.
 void writeRankFile(const std::vector<c10::Storage>& records, const std::function<std::vector<char>()>& dataPickle,
@@ -418,8 +420,20 @@ void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh
   makeRankModuleIndexed(module, ModuleIndex(module), plan, mesh, rank, fullOf, bytes);
 }
 
+torch::jit::ExtraFilesMap readExtraFiles(const std::string& path) {
+  const std::string prefix = "extra/";
+  caffe2::serialize::PyTorchStreamReader reader(path);
+  torch::jit::ExtraFilesMap files;
+  for (const std::string& record : reader.getAllRecords()) {
+    if (record.rfind(prefix, 0) != 0) continue;
+    const auto [data, size] = reader.getRecord(record);
+    files.emplace(record.substr(prefix.size()), std::string(static_cast<const char*>(data.get()), size));
+  }
+  return files;
+}
+
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
-                     const std::string& path, ParameterBytes* bytes) {
+                     const std::string& path, ParameterBytes* bytes, const torch::jit::ExtraFilesMap& extraFiles) {
   fs::path target(path);
   if (fs::is_directory(target)) throw std::runtime_error("output '" + path + "' is a directory; with --world-size=1 -o names a .pt file");
   fs::path temporary = temporarySibling(target, /*directory=*/false);
@@ -427,7 +441,7 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
     setRankAttributes(module, Mesh{1, 1}, 0);
     module.setattr(kManifestHashAttr, manifestSha256);
     materializeReachable(module, bytes);
-    saveInPieces(module, temporary.string());
+    saveInPieces(module, temporary.string(), extraFiles);
     applyUmask(temporary, /*directory=*/false);
     fs::rename(temporary, target);
   } catch (...) {
@@ -439,7 +453,7 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
 
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
                            const std::function<std::string()>& manifestText, const std::string& dir,
-                           ParameterBytes* bytes) {
+                           ParameterBytes* bytes, const torch::jit::ExtraFilesMap& extraFiles) {
   fs::path target(dir);
   while (target.has_parent_path() && target.filename().empty()) target = target.parent_path();
   if (fs::exists(target) && !fs::is_directory(target)) {
@@ -470,8 +484,9 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
     returnFreedMemory();
   };
   try {
-    // The code every rank file shares. Its unit slots are empty, so it writes no rows; what else
-    // the module holds (buffers, parameters of no unit) it writes once more than the ranks do.
+    // The code (and the extra files) every rank file shares. Its unit slots are empty, so it
+    // writes no rows; what else the module holds (buffers, parameters of no unit) it writes once
+    // more than the ranks do.
     const std::string codeTemplate = (temporary / "code_template.pt").string();
     for (const auto& unit : plan.units) {
       for (const auto& param : unit.params) {
@@ -480,7 +495,7 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
     }
     setRankAttributes(module, mesh, 0);
     materializeReachable(module, bytes);
-    saveInPieces(module, codeTemplate);
+    saveInPieces(module, codeTemplate, extraFiles);
     const bool reuseCode = picklesAsSaved(module, codeTemplate);
     restoreSlots();
     for (int64_t rank = 0; rank < mesh.worldSize; ++rank) {
@@ -490,7 +505,7 @@ void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, con
       const std::string file = (temporary / rankFileName(rank)).string();
       if (!reuseCode) {
         setManifestHash();
-        saveInPieces(module, file);
+        saveInPieces(module, file, extraFiles);
       } else {
         // With the hash still on its way, the tensors go out now and data.pkl once it is known.
         std::function<void()> beforePickle;

@@ -211,17 +211,24 @@ def shard(script_module: torch.jit.ScriptModule,
           unit_types: Optional[Iterable[str]] = None,
           min_unit_params: Optional[int] = None,
           statistics: Optional[dict] = None,
-          shard_group_size: Optional[int] = None) -> List[str]:
+          shard_group_size: Optional[int] = None,
+          extra_files: Optional[Dict[str, str]] = None) -> List[str]:
     """Runs the pipeline and writes what `fsdp-opt -o OUTPUT` writes: for world_size > 1 the
     directory OUTPUT with rank{r}.pt and manifest.json, otherwise the file OUTPUT. Returns the
-    paths of the rank files (torch.jit.load them after fsdp_opt.load()). Arguments and errors
-    as for transform()."""
+    paths of the rank files (torch.jit.load them after fsdp_opt.load()). `extra_files` go into
+    every file as torch.jit.save's `_extra_files` do (`fsdp-opt` copies its input's). Arguments
+    and errors as for transform()."""
+    extra_files = dict(extra_files or {})
+    for name, content in extra_files.items():
+        if not isinstance(name, str) or not isinstance(content, str):
+            raise TypeError("extra_files maps file names to str contents, as torch.jit.save's _extra_files; got "
+                            f"{type(name).__name__} -> {type(content).__name__}")
     load()
     options = _options(script_module, units, unit_types, min_unit_params, forward_methods, world_size,
                        max_unsharded_bytes, bucket_bytes, param_dtype, shard_group_size)
     output = os.fspath(output)
     try:
-        found, counts = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes))
+        found, counts = torch.ops.fsdp_opt.save(script_module._c, options, output, _passes(passes), extra_files)
     except RuntimeError as e:
         raise FsdpOptError(_message(e)) from None
     _report(found, diagnostics, counts, statistics)

@@ -42,3 +42,29 @@ def test_shard_errors(fsdp_opt, gpt, tmp_path):
     with pytest.raises(fsdp_opt.FsdpOptError, match="matches no module"):
         fsdp_opt.shard(scripted, tmp_path / "out", units=["nope"], world_size=2)
     assert not (tmp_path / "out").exists()
+
+
+def test_shard_writes_extra_files_into_every_file(fsdp_opt, gpt, tmp_path):
+    # As torch.jit.save(_extra_files=...): a deployment reads its config from the file it loads.
+    model, _ = gpt
+    scripted = torch.jit.script(model)
+    extra = {"config.json": '{"eos": 2}', "notes/readme.txt": "sharded twice"}
+    files = fsdp_opt.shard(scripted, tmp_path / "w2", units=["blocks.*"], world_size=2, extra_files=extra)
+    files += fsdp_opt.shard(scripted, tmp_path / "one.pt", units=["blocks.*"], extra_files=extra)
+    for path in files:
+        read = dict.fromkeys(extra, "")
+        torch.jit.load(path, _extra_files=read)
+        assert read == {name: text.encode() for name, text in extra.items()}, (path, read)
+    with pytest.raises(TypeError, match="extra_files maps file names to str contents"):
+        fsdp_opt.shard(scripted, tmp_path / "bad", units=["blocks.*"], world_size=2, extra_files={"a": b"\0"})
+    assert not (tmp_path / "bad").exists()
+
+
+def test_shard_refuses_units_that_hold_nothing(fsdp_opt, gpt, tmp_path):
+    model, _ = gpt
+    frozen = torch.jit.freeze(torch.jit.script(model).eval())
+    with pytest.raises(fsdp_opt.FsdpOptError, match="tensor constants .* run fsdp-opt on the scripted model before freezing"):
+        fsdp_opt.shard(frozen, tmp_path / "out", units=["."], world_size=2)
+    with pytest.raises(fsdp_opt.FsdpOptError, match="no module is an FSDP unit"):
+        fsdp_opt.shard(torch.jit.script(model), tmp_path / "out", world_size=2)
+    assert not (tmp_path / "out").exists()

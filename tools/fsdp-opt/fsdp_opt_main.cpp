@@ -130,8 +130,10 @@ int run(const Flags& flags) {
   torch::jit::Module module;
   // Parameters stay on disk until the writer cuts each rank's rows (deferred_load.h).
   std::shared_ptr<ParameterBytes> parameterBytes;
+  torch::jit::ExtraFilesMap extraFiles;  // carried into every file written
   try {
     DeferredLoad loaded = loadDeferringParameters(flags.input);
+    extraFiles = readExtraFiles(flags.input);
     module = std::move(loaded.module);
     parameterBytes = std::move(loaded.parameters);
     // Said when it matters: a model too small to defer anything (64 KiB records) gets no line.
@@ -178,7 +180,7 @@ int run(const Flags& flags) {
   }
   if (!flags.output.empty()) {
     try {
-      writeOutput(result, options, flags.output, {flags.input, "", parameterBytes, inputSha256});
+      writeOutput(result, options, flags.output, {flags.input, "", parameterBytes, inputSha256, std::move(extraFiles)});
     } catch (const std::exception& e) {
       return fail("cannot write '" + flags.output + "': " + fsdp_opt::runtime::oneLineMessage(e));
     }

@@ -25,6 +25,11 @@ bool findUnits(const torch::jit::Module& root, const PipelineOptions& options,
 bool collectParameterGroups(const torch::jit::Module& root, DiagnosticSink& diagnostics,
                             FsdpPlan& plan);
 
+// Error when the plan shards nothing: units that hold no parameter (a frozen or quantized model's
+// weights are not parameters), or no unit at all from world size 2 on.
+bool checkSomethingIsSharded(const torch::jit::Module& root, int64_t worldSize, const FsdpPlan& plan,
+                             DiagnosticSink& diagnostics);
+
 // The counts `--stats` prints and TransformResult::statistics holds, in this order: units,
 // sharded parameters, world size, sharded and replicated bytes per rank, the passes' own counts
 // (`passStatistics`), then "gathers per call of M" for every root method M: the collectives one

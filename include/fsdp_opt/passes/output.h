@@ -54,7 +54,7 @@ void makeRankModule(torch::jit::Module& module, const FsdpPlan& plan, const Mesh
 bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFile);
 
 // Saves `module` to `path` as torch::jit::save would, printing no code: its data archive is
-// pickled anew and every other record (code, debug info, constants, version) is copied from
+// pickled anew and every other record (code, debug info, constants, extra files, version) is copied from
 // `codeSource`, a file torch::jit::save wrote for a module of the same types, for which
 // picklesAsSaved held. Code records are stored uncompressed. With `beforePickle`, the tensor
 // records are written first, then beforePickle runs (it may set attributes that are not
@@ -62,9 +62,14 @@ bool picklesAsSaved(const torch::jit::Module& module, const std::string& savedFi
 void saveReusingCode(const torch::jit::Module& module, const std::string& codeSource, const std::string& path,
                      const std::function<void()>& beforePickle = nullptr);
 
-// world size 1: one TorchScript archive at `path`, parameters whole.
+// The extra files of the TorchScript archive at `path` (torch.jit.save's `_extra_files`, stored
+// as extra/NAME), by NAME: every file fsdp-opt writes from it carries them too.
+torch::jit::ExtraFilesMap readExtraFiles(const std::string& path);
+
+// world size 1: one TorchScript archive at `path`, parameters whole, with `extraFiles`.
 void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha256,
-                     const std::string& path, ParameterBytes* bytes = nullptr);
+                     const std::string& path, ParameterBytes* bytes = nullptr,
+                     const torch::jit::ExtraFilesMap& extraFiles = {});
 
 // world size W > 1: DIR/rank{r}.pt holding only rank r's shards (shard r % S of the mesh), and
 // DIR/manifest.json. Ranks are cut one after another and their files written by up to two
@@ -72,8 +77,9 @@ void writeSingleFile(torch::jit::Module& module, const std::string& manifestSha2
 // whole input is read once over all ranks (an HSDP mesh reads each shard's rows once per replica).
 // `manifestText` is called once, when the first rank file needs the manifest's hash (after
 // its tensors are written: the input's hash may still be on its way).
+// Every rank file carries `extraFiles`.
 void writeShardedDirectory(torch::jit::Module& module, const FsdpPlan& plan, const Mesh& mesh,
                            const std::function<std::string()>& manifestText, const std::string& dir,
-                           ParameterBytes* bytes = nullptr);
+                           ParameterBytes* bytes = nullptr, const torch::jit::ExtraFilesMap& extraFiles = {});
 
 }  // namespace fsdp_opt
