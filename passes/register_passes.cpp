@@ -10,7 +10,7 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
-    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), checkParameterAliasesPass(),
+    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), checkHiddenUnitCallsPass(), checkParameterAliasesPass(),
                           insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
@@ -26,6 +26,8 @@ std::vector<std::string> defaultPipeline() {
       expandParameterListsPass().name,
       // Types first: every later pass edits graphs, which belong to types.
       specializeUnitTypesPass().name,
+      // Calls no gather can be placed around (a forked task, an interface) are refused first.
+      checkHiddenUnitCallsPass().name,
       // Lint on the original program, before gathers hide what eager FSDP would do.
       lintShardedReadsPass().name,
       // Also on the original program: what a model does with a parameter that sharding would

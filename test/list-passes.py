@@ -4,6 +4,7 @@
 # RUN: %python -m lit_helpers run fsdp-opt --list-passes | FileCheck %s --match-full-lines
 # CHECK:      [stdout]
 # CHECK-NEXT: bucket-gathers {{[^ ].+}}
+# CHECK-NEXT: check-hidden-unit-calls {{[^ ].+}}
 # CHECK-NEXT: check-parameter-aliases {{[^ ].+}}
 # CHECK-NEXT: check-unsharded-budget {{[^ ].+}}
 # CHECK-NEXT: eliminate-redundant-gathers {{[^ ].+}}
@@ -26,6 +27,7 @@
 # The summaries say what each pass does.
 # RUN: fsdp-opt --list-passes | FileCheck %s --check-prefix=SUMMARY
 # SUMMARY: bucket-gathers {{.*}}collective
+# SUMMARY: check-hidden-unit-calls {{.*}}torch.jit.fork
 # SUMMARY: check-parameter-aliases {{.*}}in-place
 # SUMMARY: expand-parameter-lists {{.*}}_flat_weights
 # SUMMARY: hoist-loop-gathers {{.*}}loop

@@ -28,6 +28,11 @@ PassInfo lintShardedReadsPass();
 bool checkParameterAliases(PassContext& context);
 PassInfo checkParameterAliasesPass();
 
+// check-hidden-unit-calls: errors where a module holding unit parameters is handed to
+// torch.jit.fork or held through a module interface, where no gather can be placed around its calls.
+bool checkHiddenUnitCalls(PassContext& context);
+PassInfo checkHiddenUnitCallsPass();
+
 // insert-unit-gathers: fsdp::all_gather / fsdp::reshard around every call of a unit's forward
 // method, in the caller's graph, at any block depth.
 bool insertUnitGathers(PassContext& context);
