@@ -6,10 +6,10 @@
 // looks up the wrong rows on every rank but the first, silently.
 //  - torch.jit.fork (and torch.jit._awaitable): the forked call is in a subgraph that runs as a
 //    task of its own, where no gather of the caller's can be placed around it;
-//  - a call through a module interface: a ModuleList or ModuleDict indexed with a value known
-//    only when it runs (`b: MyInterface = self.blocks[i]`, TorchScript's way to do it), an
-//    attribute declared with an interface type, a method argument of one. The call names the
-//    interface, not the module.
+//  - a call through a module interface: an attribute declared with an interface type, a method
+//    argument of one, a ModuleList or ModuleDict element chosen when it runs (`b: MyInterface =
+//    self.blocks[i]`) that lower-indexed-module-calls could not rewrite because it is used other
+//    than as a callee. The call names the interface, not the module.
 // So a module handed to a forked task, or called through an interface, is an error when it may be
 // one whose subtree holds a unit's parameters (at --world-size=1, where nothing is sharded, a
 // warning). Which modules a call through an interface may reach: the attribute's module, the
@@ -119,7 +119,7 @@ class HiddenCallCheck {
            interface->name()->qualifiedName() + " (" + how + "), which may reach module '" + displayPath(held->first) +
            "', and it holds parameter '" + held->second + "' of unit '" + unitName(held->second) +
            "'; fsdp-opt cannot place a gather around a call whose module it cannot name, so the call would run on "
-           "shards: call the module through its own class (index a ModuleList with a constant, or loop over it)");
+           "shards: call the module through its own class");
   }
 
   // A module value given to a subgraph that runs as a task of its own.

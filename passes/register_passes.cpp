@@ -10,7 +10,7 @@ void registerAllPasses() {
   static std::once_flag once;
   std::call_once(once, [] {
     auto& registry = PassRegistry::global();
-    for (PassInfo pass : {expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), checkHiddenUnitCallsPass(), checkParameterAliasesPass(),
+    for (PassInfo pass : {lowerIndexedModuleCallsPass(), expandParameterListsPass(), specializeUnitTypesPass(), lintShardedReadsPass(), checkHiddenUnitCallsPass(), checkParameterAliasesPass(),
                           insertUnitGathersPass(),
                           wrapEntryMethodsPass(), checkUnshardedBudgetPass(), planGatherLifetimesPass(), inlineLoopCallsPass(), eliminateRedundantGathersPass(),
                           hoistLoopGathersPass(), bucketGathersPass(), prefetchGathersPass(),
@@ -22,6 +22,9 @@ void registerAllPasses() {
 
 std::vector<std::string> defaultPipeline() {
   return {
+      // First: a call on a container element chosen at run time becomes calls every later pass
+      // can see (one branch per element).
+      lowerIndexedModuleCallsPass().name,
       // Before anything reads parameters: a list attribute holding them would keep them whole.
       expandParameterListsPass().name,
       // Types first: every later pass edits graphs, which belong to types.

@@ -2,9 +2,7 @@
 # torch.jit.fork or called through a module interface, is refused with one error naming the
 # module, the parameter and the way it is called: exit 1, nothing written. No gather can be placed
 # around such a call, and the call would run on shards: an embedding unit looks up the wrong rows
-# on rank 1 without any error (before this pass, fsdp-run --check on the indexed model below:
-# "rank 0: outputs bitwise identical", "rank 1: MISMATCH"). At --world-size=1 the same findings
-# are warnings.
+# on rank 1 without any error. At --world-size=1 the same findings are warnings.
 #
 # RUN: rm -rf %t && mkdir -p %t
 # RUN: %python %s %t
@@ -27,16 +25,15 @@
 # A unit held through a module interface.
 # RUN: %python -m lit_helpers run fsdp-opt %t/interface.pt --fsdp-unit=. --fsdp-unit=emb --world-size=2 -o %t/out \
 # RUN:   | FileCheck %s --check-prefix=INTERFACE --implicit-check-not=error: --implicit-check-not=note:
-# INTERFACE: error: method 'forward' of '.' calls 'forward' through the module interface __torch__.{{.*}}Lookup (an attribute of interface type), which may reach module 'emb', and it holds parameter 'emb.weight' of unit 'emb'; fsdp-opt cannot place a gather around a call whose module it cannot name, so the call would run on shards: call the module through its own class (index a ModuleList with a constant, or loop over it)
+# INTERFACE: error: method 'forward' of '.' calls 'forward' through the module interface __torch__.{{.*}}Lookup (an attribute of interface type), which may reach module 'emb', and it holds parameter 'emb.weight' of unit 'emb'; fsdp-opt cannot place a gather around a call whose module it cannot name, so the call would run on shards: call the module through its own class
 # INTERFACE: [exit 1]
 #
-# A ModuleList of embedding units indexed with an argument, as TorchScript has it written (the
-# element annotated with an interface); and the same list handed to a helper method as an
-# interface-typed argument.
+# A ModuleList element handed to a helper method as an interface-typed argument (the call in
+# `forward` on an element chosen by an argument is lower-indexed-module-calls' to rewrite, and
+# is no error).
 # RUN: %python -m lit_helpers run fsdp-opt %t/indexed.pt --fsdp-unit-type=Embedding --world-size=2 -o %t/out \
 # RUN:   | FileCheck %s --check-prefix=INDEXED --implicit-check-not=error: --implicit-check-not=note:
-# INDEXED: error: method 'forward' of '.' calls 'forward' through the module interface __torch__.{{.*}}Lookup (a module container indexed when the call runs), which may reach module 'tables.0', and it holds parameter 'tables.0.weight' of unit 'tables.0'
-# INDEXED: note: method 'look_up' of '.' calls 'forward' through the module interface __torch__.{{.*}}Lookup (a value of interface type), which may reach module 'tables.0', and it holds parameter 'tables.0.weight' of unit 'tables.0'
+# INDEXED: error: method 'look_up' of '.' calls 'forward' through the module interface __torch__.{{.*}}Lookup (a value of interface type), which may reach module 'tables.0', and it holds parameter 'tables.0.weight' of unit 'tables.0'; fsdp-opt cannot place a gather around a call whose module it cannot name, so the call would run on shards: call the module through its own class
 # INDEXED: [exit 1]
 # RUN: %python -m lit_helpers tree %t/out | FileCheck %s --check-prefix=NOTHING
 #

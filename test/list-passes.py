@@ -13,6 +13,7 @@
 # CHECK-NEXT: inline-loop-calls {{[^ ].+}}
 # CHECK-NEXT: insert-unit-gathers {{[^ ].+}}
 # CHECK-NEXT: lint-sharded-reads {{[^ ].+}}
+# CHECK-NEXT: lower-indexed-module-calls {{[^ ].+}}
 # CHECK-NEXT: plan-gather-lifetimes {{[^ ].+}}
 # CHECK-NEXT: prefetch-gathers {{[^ ].+}}
 # CHECK-NEXT: rank-uniform-control-flow {{[^ ].+}}
@@ -32,6 +33,7 @@
 # SUMMARY: expand-parameter-lists {{.*}}_flat_weights
 # SUMMARY: hoist-loop-gathers {{.*}}loop
 # SUMMARY: insert-unit-gathers {{.*}}fsdp::all_gather/fsdp::reshard
+# SUMMARY: lower-indexed-module-calls {{.*}}one branch per element
 # SUMMARY: reshard-on-raise {{.*}}release_all
 # SUMMARY: specialize-no-grad {{.*}}grad mode
 # SUMMARY: specialize-unit-types {{.*}}types

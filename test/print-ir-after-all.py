@@ -6,8 +6,10 @@
 # RUN: fsdp-opt %t/in.pt --print-ir-after-all --method=forward 2>%t/all.err >%t/all.out
 # The default pipeline (passes/register_passes.cpp, docs/passes.md), in order, each pass once.
 # RUN: FileCheck %s < %t/all.err --implicit-check-not='IR after'
+# CHECK: // *** IR after lower-indexed-module-calls ***
 # CHECK: // *** IR after expand-parameter-lists ***
 # CHECK: // *** IR after specialize-unit-types ***
+# CHECK: // *** IR after check-hidden-unit-calls ***
 # CHECK: // *** IR after lint-sharded-reads ***
 # CHECK: // *** IR after check-parameter-aliases ***
 # CHECK: // *** IR after insert-unit-gathers ***

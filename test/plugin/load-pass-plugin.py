@@ -5,6 +5,7 @@
 # is not there.
 # RUN: fsdp-opt --load-pass-plugin=%plugin_lib --list-passes | FileCheck %s --check-prefix=LIST
 # LIST:      bucket-gathers
+# LIST-NEXT: check-hidden-unit-calls
 # LIST-NEXT: check-parameter-aliases
 # LIST-NEXT: check-unsharded-budget
 # LIST-NEXT: count-gathers{{ +}}(test plugin) remark with the number of fsdp::all_gather nodes

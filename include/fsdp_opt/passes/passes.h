@@ -28,6 +28,11 @@ PassInfo lintShardedReadsPass();
 bool checkParameterAliases(PassContext& context);
 PassInfo checkParameterAliasesPass();
 
+// lower-indexed-module-calls: calls on a ModuleList/ModuleDict element chosen at run time (through
+// a module interface) become a prim::If per element, each calling its element by class.
+bool lowerIndexedModuleCalls(PassContext& context);
+PassInfo lowerIndexedModuleCallsPass();
+
 // check-hidden-unit-calls: errors where a module holding unit parameters is handed to
 // torch.jit.fork or held through a module interface, where no gather can be placed around its calls.
 bool checkHiddenUnitCalls(PassContext& context);
