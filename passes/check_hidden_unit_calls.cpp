@@ -148,12 +148,7 @@ class HiddenCallCheck {
   }
 
   void report(const std::string& message) {
-    if (!reported_.insert(message).second) return;
-    if (sharded_) {
-      diagnostics_.error(kPassName, message);
-    } else {
-      diagnostics_.warning(kPassName, message + " (harmless at --world-size=1, where nothing is sharded)");
-    }
+    if (reported_.insert(message).second) diagnostics_.errorWhenSharded(kPassName, message, sharded_);
   }
 
   ModuleIndex index_;

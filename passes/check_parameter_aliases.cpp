@@ -191,12 +191,7 @@ class AliasWalk {
   std::string unitName(const std::string& param) const { return displayPath(plan_.unitOfParam(param)->path); }
 
   void report(const std::string& message) {
-    if (!reported_.insert(message).second) return;
-    if (sharded_) {
-      diagnostics_.error(kPassName, message);
-    } else {
-      diagnostics_.warning(kPassName, message + " (harmless at --world-size=1, where nothing is sharded)");
-    }
+    if (reported_.insert(message).second) diagnostics_.errorWhenSharded(kPassName, message, sharded_);
   }
 
   void walkBlock(Block* block, Frame& frame) {

@@ -15,6 +15,14 @@ void DiagnosticSink::error(const std::string& origin, const std::string& message
   ++errorCount_;
 }
 
+void DiagnosticSink::errorWhenSharded(const std::string& origin, const std::string& message, bool sharded) {
+  if (sharded) {
+    error(origin, message);
+  } else {
+    warning(origin, message + " (harmless at --world-size=1, where nothing is sharded)");
+  }
+}
+
 std::string formatDiagnostic(const Diagnostic& d) {
   switch (d.severity) {
     case Severity::Error:

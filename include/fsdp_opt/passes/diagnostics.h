@@ -20,6 +20,9 @@ class DiagnosticSink {
   void remark(const std::string& origin, const std::string& message);
   void warning(const std::string& origin, const std::string& message);
   void error(const std::string& origin, const std::string& message);
+  // What goes wrong only once parameters are sharded: an error when `sharded`, otherwise (world
+  // size 1) a warning that says so.
+  void errorWhenSharded(const std::string& origin, const std::string& message, bool sharded);
 
   bool hasErrors() const { return errorCount_ > 0; }
   const std::vector<Diagnostic>& all() const { return diagnostics_; }
