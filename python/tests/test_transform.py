@@ -87,7 +87,7 @@ def test_default_pipeline_is_what_transform_runs(fsdp_opt, gpt):
     model, x = gpt
     scripted = torch.jit.script(model)
     pipeline = fsdp_opt.default_pipeline()
-    assert pipeline[0] == "expand-parameter-lists" and pipeline[-1] == "verify-fsdp", pipeline
+    assert pipeline[0] == "lower-indexed-module-calls" and pipeline[-1] == "verify-fsdp", pipeline
     assert set(pipeline) <= set(fsdp_opt.list_passes()), pipeline
 
     def ir(module):  # every transform clones its types: their mangled names differ
