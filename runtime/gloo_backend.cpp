@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 
@@ -26,6 +27,19 @@
 namespace fsdp_opt {
 namespace runtime {
 namespace {
+
+// c10d's flight recorder (torch 2.x; sized by TORCH_FR_BUFFER_SIZE, default 2000 entries) takes
+// a Python and TorchScript traceback of every collective a Gloo group issues, and every gather
+// here is issued from inside the TorchScript interpreter. In torch 2.15 that traceback crashes
+// the process (SIGSEGV in InterpreterStateImpl::callstack) when the calling method is a
+// torch.jit.freeze'd rank file and another TorchScript module ran first in the process. The
+// recorder is one per process and reads its size once, when the first group is made; so unless
+// the environment sizes it, it is sized 0 before this group is made. A program that made a group
+// of its own before keeps its recorder (docs/runtime.md, "Process group").
+void keepFlightRecorderOffUnlessSized() {
+  if (detail::envValue("TORCH_FR_BUFFER_SIZE") || detail::envValue("TORCH_NCCL_TRACE_BUFFER_SIZE")) return;
+  ::setenv("TORCH_FR_BUFFER_SIZE", "0", /*overwrite=*/0);
+}
 
 // Gloo only borrows the bytes it moves: it gets views that do not own their memory, and the
 // owning tensors stay with the pending collective. Gloo's worker thread keeps a finished piece
@@ -122,6 +136,7 @@ class GlooBackend final : public CollectiveBackend {
     }
     pgOptions->threads = options.threads;
     auto prefixed = c10::make_intrusive<c10d::PrefixStore>("fsdp_opt/gloo/", store);
+    keepFlightRecorderOffUnlessSized();
     const auto started = std::chrono::steady_clock::now();
     try {
       pg_ = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, rank, size, pgOptions);
