@@ -63,12 +63,13 @@
 # GEN: target (b2) peak unsharded <= (d, reshard=True) bytes MET
 # GEN: bitwise: every configuration's tokens equal (a)'s on every rank
 #
-# PASS: default pipeline ({{[0-9]+}} passes): expand-parameter-lists,specialize-unit-types,
+# PASS: default pipeline ({{[0-9]+}} passes): lower-indexed-module-calls,expand-parameter-lists,specialize-unit-types,
 # PASS: | units | torch.jit.load ms | pipeline ms
 # PASS: | 4 |
 # PASS: | 16 |
 # PASS: marginal cost per unit, 4 -> 16 units
-# PASS: | expand-parameter-lists (+ clone, analysis) |
+# PASS: | lower-indexed-module-calls (+ clone, analysis) |
+# PASS: | expand-parameter-lists |
 # PASS: | specialize-unit-types |
 #
 # Columns after the label: ms, / (a), / FSDP2 synced, CPU ms, CPU ms r0/r1, then the counts.
