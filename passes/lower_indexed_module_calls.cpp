@@ -52,10 +52,8 @@ Elements elementsOf(const c10::ClassType& container) {
 bool onlyCalled(torch::jit::Value* element, const Elements& elements) {
   for (const torch::jit::Use& use : element->uses()) {
     torch::jit::Node* user = use.user;
+    // The element passed as an argument too is a use of its own, at another offset.
     if (user->kind() != c10::prim::CallMethod || use.offset != 0) return false;
-    for (size_t i = 1; i < user->inputs().size(); ++i) {
-      if (user->input(i) == element) return false;
-    }
     for (const auto& [name, type] : elements) {
       if (!type->findMethod(user->s(c10::attr::name))) return false;
     }

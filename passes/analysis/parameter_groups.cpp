@@ -82,7 +82,7 @@ bool groupedParametersOnlyInSlots(const ModuleIndex& index, const FsdpPlan& plan
 std::string firstShardableParameter(const ModuleIndex& index) {
   for (const auto& [path, module] : index.modules()) {
     for (const auto& item : module.named_parameters(/*recurse=*/false)) {
-      if (item.value.defined() && item.value.dim() > 0) return path.empty() ? item.name : path + "." + item.name;
+      if (item.value.defined() && item.value.dim() > 0) return joinPath(path, item.name);
     }
   }
   return "";
@@ -115,8 +115,7 @@ std::string whereTheWeightsAre(const ModuleIndex& index) {
       const std::string name = attributeClass->name()->qualifiedName();
       const std::string prefix = "__torch__.torch.classes.";
       if (name.rfind(prefix, 0) != 0) continue;
-      packed.push_back("'" + (path.empty() ? "" : path + ".") + type->getAttributeName(i) + "' (" +
-                       name.substr(prefix.size()) + ")");
+      packed.push_back("'" + joinPath(path, type->getAttributeName(i)) + "' (" + name.substr(prefix.size()) + ")");
     }
   }
   if (!packed.empty()) {
